@@ -1,0 +1,30 @@
+# Two entry points: `make demo` (set up, then run the main job end to end locally) and
+# `make test` (set up, then run the tests). Setup is idempotent and cached in .venv.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m framework.session   # resolve and cache Delta's jars from Maven Central
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/medallion demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) lakehouse build dist *.egg-info

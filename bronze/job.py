@@ -1,0 +1,494 @@
+"""Bronze: landing files into a Delta table, exactly once, with nothing lost.
+
+Each micro-batch of Spark's file stream source is handled in ``foreachBatch``:
+
+1. the batch is parsed once and cached; per-file counts are taken from the cache;
+2. unreadable files (empty, truncated compression, no parseable record) are found;
+3. good rows are appended to the bronze table, malformed rows and rows of unreadable files to
+   ``<table>_quarantine`` (raw text, reason, source file, batch id). Both appends use Delta's
+   idempotent writes (``txnAppId`` = the query's id, ``txnVersion`` = the batch id), so a batch
+   replayed after a crash is written once;
+4. every file of the batch is MERGEd into the file ledger ``<table>_files``.
+
+After the query stops, :meth:`BronzeJob.finish` reconciles the landing zone: files whose batch
+is committed in the checkpoint are archived (or deleted) and unreadable files moved to the
+quarantine folder. Spark's own ``cleanSource`` archives a batch's files only when the next
+batch starts, so without this step the last batch's files would never leave landing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, cast
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
+from pyspark.sql.types import (
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
+from framework.checkpoint import batch_source_files, last_committed_batch
+from framework.config.model import Layer
+from framework.delta import create_table
+from framework.errors import ConfigError, JobError
+from framework.job import StreamingJob
+from framework.listener import BatchProgress
+from framework.storage import archive_target, local_path, storage_for
+
+CORRUPT = "_corrupt_record"
+SOURCE_FILE = "_source_file"
+FILE_MTIME = "_file_modification_time"
+FILE_SIZE = "_file_size"
+INGESTED_AT = "_ingested_at"
+BATCH_ID = "_batch_id"
+RAW = "_raw"
+REASON = "_reason"
+
+METADATA_FIELDS = [
+    StructField(SOURCE_FILE, StringType()),
+    StructField(FILE_MTIME, TimestampType()),
+    StructField(FILE_SIZE, LongType()),
+    StructField(INGESTED_AT, TimestampType()),
+    StructField(BATCH_ID, LongType()),
+]
+QUARANTINE_SCHEMA = StructType(
+    [StructField(RAW, StringType()), StructField(REASON, StringType()), *METADATA_FIELDS]
+)
+LEDGER_SCHEMA = StructType(
+    [
+        StructField("path", StringType()),
+        StructField("size", LongType()),
+        StructField("modification_time", TimestampType()),
+        StructField("batch_id", LongType()),
+        StructField("rows", LongType()),
+        StructField("good_rows", LongType()),
+        StructField("quarantined_rows", LongType()),
+        StructField("status", StringType()),
+        StructField("error", StringType()),
+        StructField("location", StringType()),
+        StructField("ingested_at", TimestampType()),
+        StructField("updated_at", TimestampType()),
+    ]
+)
+
+
+class FileStatus:
+    """Ledger statuses of a landing file."""
+
+    INGESTED = "ingested"  # its rows are committed; the file is still in landing
+    ARCHIVED = "archived"
+    DELETED = "deleted"
+    FAILED = "failed"  # unreadable; its rows (if any) are in the quarantine table
+    QUARANTINED = "quarantined"  # an unreadable file moved to the quarantine folder
+
+
+@dataclass
+class BatchCounts:
+    """What one micro-batch held."""
+
+    records: int = 0
+    good: int = 0
+    quarantined: int = 0
+    files: int = 0
+    failed_files: int = 0
+
+
+# ---------------------------------------------------------------------- readers, by format
+def _text_json(job: BronzeJob, reader: DataStreamReader, schema: StructType) -> DataFrame:
+    """JSON Lines read as text and parsed with from_json, so the raw line is kept for the
+    quarantine and keys outside the schema can be rescued (Spark's reader drops them)."""
+    spec = job.spec
+    raw = reader.format("text").load(job.landing).where(F.trim("value") != "")
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **spec.source.options}
+    parsed = raw.select(
+        F.from_json("value", with_corrupt, options).alias("r"), "value", "_metadata"
+    )
+    # A line that is not a JSON object parses to null: quarantine it too.
+    corrupt = F.when(F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
+    columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
+    if spec.rescued_column:
+        columns.append(_rescued(schema).alias(spec.rescued_column))
+    return parsed.select(*columns, corrupt.alias(CORRUPT), "_metadata")
+
+
+def _rescued(schema: StructType) -> Column:
+    """Top-level keys not in the schema, as a JSON object (as Auto Loader's rescued column)."""
+    known = F.array(*[F.lit(f.name) for f in schema.fields])
+    extra = F.array_except(F.json_object_keys("value"), known)
+    as_map = F.from_json("value", "MAP<STRING, STRING>")
+    kept = F.map_filter(as_map, lambda k, _v: ~F.array_contains(known, k))
+    return F.when(F.size(extra) > 0, F.to_json(kept))
+
+
+def _csv(job: BronzeJob, reader: DataStreamReader, schema: StructType) -> DataFrame:
+    """CSV with a corrupt-record column: a row with too many or too few fields, or a value
+    that does not fit its type, is malformed and goes to the quarantine, not dropped."""
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+    options = {
+        "header": "true",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": CORRUPT,
+        **job.spec.source.options,
+    }
+    df = reader.format("csv").schema(with_corrupt).options(**options).load(job.landing)
+    columns = [F.col(f.name) for f in schema.fields]
+    if job.spec.rescued_column:
+        columns.append(F.lit(None).cast("string").alias(job.spec.rescued_column))
+    return df.select(*columns, F.col(CORRUPT), "_metadata")
+
+
+def _parquet(job: BronzeJob, reader: DataStreamReader, schema: StructType) -> DataFrame:
+    df = reader.format("parquet").schema(schema).options(**job.spec.source.options)
+    loaded = df.load(job.landing)
+    columns = [F.col(f.name) for f in schema.fields]
+    if job.spec.rescued_column:
+        columns.append(F.lit(None).cast("string").alias(job.spec.rescued_column))
+    return loaded.select(*columns, F.lit(None).cast("string").alias(CORRUPT), "_metadata")
+
+
+READERS: dict[SourceFormat, Callable[[BronzeJob, DataStreamReader, StructType], DataFrame]] = {
+    SourceFormat.JSON: _text_json,
+    SourceFormat.CSV: _csv,
+    SourceFormat.PARQUET: _parquet,
+}
+
+
+# ---------------------------------------------------------------------- unreadable files
+def unreadable_reason(storage: Any, path: str, size: int, fmt: SourceFormat) -> str | None:
+    """Why a file cannot be read, from the file itself (empty, broken compression, bad
+    parquet footer); None when nothing is wrong with it."""
+    if size == 0:
+        return "empty file (0 bytes)"
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        try:
+            with storage.open(path) as fh, gzip.GzipFile(fileobj=fh) as gz:
+                while gz.read(1 << 20):
+                    pass
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"unreadable gzip: {exc}"
+    elif fmt is SourceFormat.PARQUET:
+        with storage.open(path) as fh:
+            head = fh.read(4)
+            fh.seek(max(size - 4, 0))
+            tail = fh.read(4)
+        if head != b"PAR1" or tail != b"PAR1":
+            return "not a parquet file (magic bytes missing): truncated or wrong format"
+    return None
+
+
+class BronzeJob(StreamingJob):
+    """Ingests one feed's landing files into its bronze Delta table."""
+
+    layer: ClassVar[Layer] = Layer.BRONZE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = cast(BronzeTableSpec, self.table.spec)
+        self.landing = self.spec.landing(self.table)
+        self.storage = storage_for(self.landing)
+        self.quarantine_table = self.table.qualified("quarantine")
+        self.ledger_table = self.table.qualified("files")
+        self.batches: list[BatchCounts] = []
+        self._writer_id: str | None = None
+        self._started = threading.Event()
+
+    # ------------------------------------------------------------------ steps
+    def prepare(self) -> None:
+        super().prepare()
+        if not self.spec.source.schema_:
+            raise ConfigError(
+                "expected a schema (DDL) for the feed, found none; write one with "
+                f"'medallion infer-schema {self.table.name}'",
+                file=self.table.source_file,
+                key="source.schema",
+            )
+        self.schema = self._parse_schema(self.spec.source.schema_)
+        bronze_fields = list(self.schema.fields)
+        if self.spec.rescued_column:
+            bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
+        create_table(self.spark, self.table.full_name,
+                     StructType(bronze_fields + METADATA_FIELDS), self.table.location,
+                     comment=self.spec.description)
+        create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
+                     self.table.companion_location("quarantine"),
+                     comment=f"Malformed records and rows of unreadable files of {self.table.name}")
+        create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
+                     self.table.companion_location("files"),
+                     comment=f"One row per landing file of {self.table.name}, with its status")
+
+    def read(self) -> DataFrame:
+        src = self.spec.source
+        reader = self.spark.readStream.option("recursiveFileLookup", src.recursive_file_lookup)
+        # A corrupt file must not fail the stream: it is detected per batch and quarantined.
+        reader = reader.option("ignoreCorruptFiles", "true")
+        if src.path_glob_filter:
+            reader = reader.option("pathGlobFilter", src.path_glob_filter)
+        if src.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", src.max_files_per_trigger)
+        if src.max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", src.max_bytes_per_trigger)
+        if src.clean_source is CleanSource.ARCHIVE:
+            reader = reader.option("cleanSource", "archive").option(
+                "sourceArchiveDir", self.spec.archive_dir(self.table)
+            )
+        elif src.clean_source is CleanSource.DELETE:
+            reader = reader.option("cleanSource", "delete")
+        self.storage.makedirs(self.landing)
+        return READERS[src.format](self, reader, self.schema)
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        meta = F.col("_metadata")
+        return df.select(
+            *[c for c in df.columns if c != "_metadata"],
+            meta.file_path.alias(SOURCE_FILE),
+            meta.file_modification_time.alias(FILE_MTIME),
+            meta.file_size.alias(FILE_SIZE),
+        )
+
+    def write(self, df: DataFrame) -> DataStreamWriter:
+        return df.writeStream.foreachBatch(self._process_batch)
+
+    def on_started(self, query: StreamingQuery) -> None:
+        # The query id is kept in the checkpoint, so it identifies this writer across restarts
+        # (and changes if the checkpoint is reset, so a new history is never skipped).
+        self._writer_id = str(query.id)
+        self._started.set()
+
+    # ------------------------------------------------------------------ one micro-batch
+    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._started.wait()
+        log = self.log.bind(batch_id=batch_id)
+        spark = batch.sparkSession
+        files = {
+            local_path(p): p for p in batch_source_files(self.table.checkpoint, batch_id)
+        }
+        df = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
+            BATCH_ID, F.lit(batch_id).cast("long")
+        )
+        df.persist()
+        try:
+            stats = {
+                local_path(r[SOURCE_FILE]): r
+                for r in df.groupBy(SOURCE_FILE, FILE_SIZE, FILE_MTIME)
+                .agg(F.count(F.lit(1)).alias("rows"),
+                     F.count(F.col(CORRUPT)).alias("bad"))
+                .collect()
+            }
+            failed = self._failed_files(files, stats)
+            failed_uris = [stats[p][SOURCE_FILE] for p in failed if p in stats]
+            in_failed = F.col(SOURCE_FILE).isin(failed_uris) if failed_uris else F.lit(False)
+            good = df.where(F.col(CORRUPT).isNull() & ~in_failed).drop(CORRUPT)
+            self._append(good, self.table.full_name, batch_id)
+            bad_rows = sum(r["bad"] for r in stats.values()) + sum(
+                stats[p]["rows"] - stats[p]["bad"] for p in failed if p in stats
+            )
+            if bad_rows:
+                self._append(self._quarantine_rows(df, failed, stats), self.quarantine_table,
+                             batch_id)
+            counts = self._record_files(spark, batch_id, files, stats, failed)
+        finally:
+            df.unpersist()
+        self.batches.append(counts)
+        log.info(
+            "bronze.batch.committed",
+            records=counts.records,
+            bronze_rows=counts.good,
+            quarantined_rows=counts.quarantined,
+            files=counts.files,
+            failed_files=counts.failed_files,
+        )
+
+    def _failed_files(self, files: dict[str, str], stats: dict[str, Row]) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        for path in files:
+            row = stats.get(path)
+            size = row[FILE_SIZE] if row is not None else self.storage.stat(path).size
+            reason = unreadable_reason(self.storage, path, size, self.spec.source.format)
+            if reason is None and row is not None and row["rows"] and row["rows"] == row["bad"]:
+                reason = "no record could be parsed (wrong encoding or format?)"
+            if reason is None and row is None and self.spec.source.format is not SourceFormat.PARQUET:
+                reason = "no record could be read from the file"
+            if reason:
+                failed[path] = reason
+        return failed
+
+    def _quarantine_rows(
+        self, df: DataFrame, failed: dict[str, str], stats: dict[str, Row]
+    ) -> DataFrame:
+        raw = F.col(CORRUPT)
+        reason: Column = F.when(
+            F.col(CORRUPT).isNotNull(),
+            F.lit("malformed record: does not parse against the schema"),
+        )
+        for path, why in failed.items():
+            if path in stats:
+                reason = F.when(F.col(SOURCE_FILE) == stats[path][SOURCE_FILE],
+                                F.lit(f"unreadable file: {why}")).otherwise(reason)
+        data_cols = [c for c in df.columns if c not in {CORRUPT, *[f.name for f in QUARANTINE_SCHEMA]}]
+        raw_value = F.coalesce(raw, F.to_json(F.struct(*data_cols)))
+        failed_uris = [stats[p][SOURCE_FILE] for p in failed if p in stats]
+        in_failed = F.col(SOURCE_FILE).isin(failed_uris) if failed_uris else F.lit(False)
+        return df.where(F.col(CORRUPT).isNotNull() | in_failed).select(
+            raw_value.alias(RAW),
+            reason.alias(REASON),
+            *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
+        )
+
+    def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
+        assert self._writer_id is not None
+        (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self._writer_id)
+            .option("txnVersion", batch_id)
+            .saveAsTable(table)
+        )
+
+    def _record_files(
+        self,
+        spark: Any,
+        batch_id: int,
+        files: dict[str, str],
+        stats: dict[str, Row],
+        failed: dict[str, str],
+    ) -> BatchCounts:
+        now = datetime.now(UTC).replace(tzinfo=None)
+        counts = BatchCounts(files=len(files), failed_files=len(failed))
+        rows = []
+        for path in files:
+            st = stats.get(path)
+            if st is not None:
+                size, mtime, n, bad = st[FILE_SIZE], st[FILE_MTIME], st["rows"], st["bad"]
+            else:
+                info = self.storage.stat(path)
+                size, n, bad = info.size, 0, 0
+                mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
+            quarantined = n if path in failed else bad
+            counts.records += n
+            counts.quarantined += quarantined
+            counts.good += n - quarantined
+            status = FileStatus.FAILED if path in failed else FileStatus.INGESTED
+            rows.append((path, size, mtime, batch_id, n, n - quarantined, quarantined, status,
+                         failed.get(path), path, now, now))
+        if rows:
+            updates = spark.createDataFrame(rows, LEDGER_SCHEMA)
+            (
+                DeltaTable.forName(spark, self.ledger_table).alias("t")
+                .merge(updates.alias("s"), "t.path = s.path AND t.batch_id = s.batch_id")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        return counts
+
+    # ------------------------------------------------------------------ after the query
+    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+        reconciled = self.reconcile()
+        records = sum(b.records for b in self.batches)
+        good = sum(b.good for b in self.batches)
+        quarantined = sum(b.quarantined for b in self.batches)
+        balanced = records == good + quarantined
+        self.log.info(
+            "bronze.run.reconciled",
+            records_read=records,
+            bronze_rows=good,
+            quarantined_rows=quarantined,
+            balanced=balanced,
+            **reconciled,
+        )
+        if not balanced:
+            raise JobError(self.table.full_name, "finish",
+                           f"records read ({records}) != bronze ({good}) + quarantined "
+                           f"({quarantined})")
+        return {
+            "rows_out": good,
+            "records_read": records,
+            "quarantined_rows": quarantined,
+            "files": sum(b.files for b in self.batches),
+            "failed_files": sum(b.failed_files for b in self.batches),
+            **reconciled,
+        }
+
+    def reconcile(self) -> dict[str, int]:
+        """Archive, delete or quarantine the files of committed batches not yet cleaned.
+
+        Safe to repeat: a file already moved (by Spark's cleanSource or an interrupted earlier
+        reconcile) is recognised at its target and only its ledger status is brought up to date.
+        """
+        committed = last_committed_batch(self.table.checkpoint)
+        ledger = DeltaTable.forName(self.spark, self.ledger_table)
+        pending = (
+            ledger.toDF()
+            .where(F.col("status").isin(FileStatus.INGESTED, FileStatus.FAILED))
+            .where(F.col("batch_id") <= committed)
+            .select("path", "batch_id", "status", "location")
+            .collect()
+        )
+        mode = self.spec.source.clean_source
+        archive_dir = self.spec.archive_dir(self.table)
+        quarantine_dir = self.spec.quarantine_dir(self.table)
+        updates = []
+        counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0}
+        for row in pending:
+            path = row["path"]
+            archived_at = archive_target(archive_dir, path)
+            if row["status"] == FileStatus.FAILED:
+                target = archive_target(quarantine_dir, path)
+                source = path if self.storage.exists(path) else archived_at
+                if self.storage.exists(source) and not self.storage.exists(target):
+                    self.storage.move(source, target)
+                if self.storage.exists(target):
+                    updates.append((path, row["batch_id"], FileStatus.QUARANTINED, target))
+                    counted["files_quarantined"] += 1
+                continue
+            if mode is CleanSource.ARCHIVE:
+                if self.storage.exists(path) and not self.storage.exists(archived_at):
+                    self.storage.move(path, archived_at)
+                if self.storage.exists(archived_at):
+                    updates.append((path, row["batch_id"], FileStatus.ARCHIVED, archived_at))
+                    counted["files_archived"] += 1
+            elif mode is CleanSource.DELETE:
+                self.storage.delete(path)
+                updates.append((path, row["batch_id"], FileStatus.DELETED, None))
+                counted["files_deleted"] += 1
+        if updates:
+            now = datetime.now(UTC).replace(tzinfo=None)
+            schema = "path STRING, batch_id BIGINT, status STRING, location STRING"
+            df = self.spark.createDataFrame(updates, schema).withColumn("updated_at", F.lit(now))
+            (
+                ledger.alias("t")
+                .merge(df.alias("s"), "t.path = s.path AND t.batch_id = s.batch_id")
+                .whenMatchedUpdate(set={
+                    "status": "s.status", "location": "s.location", "updated_at": "s.updated_at"
+                })
+                .execute()
+            )
+        self.log.info("bronze.landing.reconciled", committed_batch=committed, **counted)
+        return counted
+
+    # ------------------------------------------------------------------ helpers
+    def _parse_schema(self, ddl: str) -> StructType:
+        try:
+            schema = StructType.fromDDL(ddl)
+        except Exception as exc:
+            raise ConfigError(
+                f"expected a DDL schema such as 'id BIGINT, name STRING', found {ddl!r}: "
+                f"{str(exc).splitlines()[0]}",
+                file=self.table.source_file,
+                key="source.schema",
+            ) from exc
+        return schema
+

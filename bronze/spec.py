@@ -1,0 +1,125 @@
+"""The bronze table spec: where a feed lands, how to read it, and what happens to its files."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from typing import ClassVar
+
+from pydantic import Field, PositiveInt, model_validator
+
+from framework.config.model import Layer, Table, TableSpec
+from framework.config.types import Identifier, Model, Text
+from framework.errors import ConfigError
+from framework.storage import local_path
+
+
+class SourceFormat(StrEnum):
+    """File formats bronze reads."""
+
+    JSON = "json"  # JSON Lines, one record per line
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
+class CleanSource(StrEnum):
+    """What happens to a landing file once its batch is committed."""
+
+    ARCHIVE = "archive"
+    DELETE = "delete"
+    OFF = "off"
+
+
+class BronzeSource(Model):
+    """The landing zone of a feed and how its files are read."""
+
+    path: Text = Field(description="Landing folder (or glob); relative paths are under the root.")
+    format: SourceFormat
+    schema_: str | None = Field(
+        default=None,
+        alias="schema",
+        description="DDL of the records, e.g. 'id BIGINT, name STRING'. Write it with "
+        "'medallion infer-schema'; it is never inferred at run time.",
+    )
+    options: dict[str, Text] = Field(default_factory=dict)
+    recursive_file_lookup: bool = True
+    path_glob_filter: Text | None = None
+    max_files_per_trigger: PositiveInt | None = None
+    max_bytes_per_trigger: PositiveInt | None = None
+    clean_source: CleanSource = CleanSource.ARCHIVE
+    archive_dir: Text | None = None
+    quarantine_dir: Text | None = None
+
+    @model_validator(mode="after")
+    def _one_trigger_limit(self) -> BronzeSource:
+        if self.max_files_per_trigger and self.max_bytes_per_trigger:
+            raise ValueError(
+                "expected at most one of max_files_per_trigger and max_bytes_per_trigger "
+                "(Spark refuses both), found both"
+            )
+        return self
+
+
+class BronzeTableSpec(TableSpec):
+    """A feed's bronze table: files from ``source`` appended exactly once, nothing lost."""
+
+    layer: ClassVar[Layer] = Layer.BRONZE
+
+    source: BronzeSource
+    rescued_column: Identifier | None = "_rescued_data"
+
+    def backlog_path(self, table: Table) -> str | None:
+        return self.landing(table)
+
+    def landing(self, table: Table) -> str:
+        return table.env.resolve(self.source.path)
+
+    def archive_dir(self, table: Table) -> str:
+        return table.env.resolve(self.source.archive_dir or f"archive/{self.name}")
+
+    def quarantine_dir(self, table: Table) -> str:
+        return table.env.resolve(self.source.quarantine_dir or f"_quarantine/files/{self.name}")
+
+    def check(self, table: Table) -> list[ConfigError]:
+        problems = []
+        landing = self.landing(table)
+        folders = {"source.quarantine_dir": self.quarantine_dir(table)}
+        if self.source.clean_source is CleanSource.ARCHIVE:
+            folders["source.archive_dir"] = self.archive_dir(table)
+        for key, folder in folders.items():
+            reason = overlap_reason(landing, folder)
+            if reason:
+                problems.append(ConfigError(reason, key=key))
+        return problems
+
+
+def overlap_reason(source_pattern: str, folder: str) -> str | None:
+    """Why files moved to ``folder`` could be read again from ``source_pattern``, if so.
+
+    A moved file keeps its full path below ``folder`` (Spark's archive layout). If ``folder``
+    lies inside the source pattern, the file stream source would list it as a new file, so
+    Spark refuses such an archive directory when the query starts; this check says so at
+    validation time instead. Spark also requires the folder to be at least two levels deep.
+    """
+    src = [p for p in local_path(source_pattern).split("/") if p]
+    dst = [p for p in local_path(folder).split("/") if p]
+    src_scheme = source_pattern.split("://")[0] if "://" in source_pattern else ""
+    dst_scheme = folder.split("://")[0] if "://" in folder else ""
+    if src_scheme != dst_scheme:
+        return (
+            f"expected {folder!r} on the same file system as the source {source_pattern!r} "
+            "(files are moved by rename), found another"
+        )
+    if len(dst) < 2:
+        return f"expected a folder at least two levels below the root, found {folder!r}"
+    if len(dst) >= len(src) and all(fnmatchcase(d, s) for d, s in zip(dst, src, strict=False)):
+        return (
+            f"expected a folder outside the source pattern {source_pattern!r}, found "
+            f"{folder!r} inside it: moved files would be picked up again as new input"
+        )
+    if len(src) > len(dst) and all(fnmatchcase(s, d) for s, d in zip(src, dst, strict=False)):
+        return (
+            f"expected a folder that does not contain the source {source_pattern!r}, found "
+            f"{folder!r} around it"
+        )
+    return None

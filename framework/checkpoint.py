@@ -1,0 +1,57 @@
+"""What a query's checkpoint says about progress."""
+
+from __future__ import annotations
+
+import json
+
+from framework.storage import storage_for
+
+
+def last_committed_batch(checkpoint: str) -> int:
+    """The highest batch id in the checkpoint's commit log, or -1 when none committed.
+
+    A batch id is in ``commits/`` only once its sink write succeeded; batches are committed in
+    order, so every id up to this one is committed too.
+    """
+    commits = checkpoint.rstrip("/") + "/commits"
+    store = storage_for(commits)
+    if not store.exists(commits):
+        return -1
+    ids = [
+        int(name)
+        for f in store.list_files(commits)
+        if (name := f.path.rsplit("/", 1)[-1]).isdigit()
+    ]
+    return max(ids, default=-1)
+
+
+def batch_source_files(checkpoint: str, batch_id: int, source: int = 0) -> dict[str, int]:
+    """The files a file stream source put into ``batch_id``: path -> modification time (ms).
+
+    This is the source's own metadata log (``sources/<n>/<batch>``), written before the batch
+    runs, so it lists every file of the batch, empty ones included. Every
+    ``spark.sql.streaming.fileSource.log.compactInterval`` batches the log is compacted into
+    ``<id>.compact``, which holds all entries up to that batch.
+    """
+    folder = f"{checkpoint.rstrip('/')}/sources/{source}"
+    store = storage_for(folder)
+    plain = f"{folder}/{batch_id}"
+    candidates = [plain] if store.exists(plain) else []
+    if not candidates and store.exists(folder):
+        compacts = sorted(
+            (int(name.split(".")[0]), f.path)
+            for f in store.list_files(folder)
+            if (name := f.path.rsplit("/", 1)[-1]).endswith(".compact")
+            and name.split(".")[0].isdigit()
+        )
+        candidates = [path for cid, path in compacts if cid >= batch_id][:1]
+    files: dict[str, int] = {}
+    for path in candidates:
+        with store.open(path) as fh:
+            lines = fh.read().decode("utf-8").splitlines()
+        for line in lines[1:]:  # the first line is the log's version, "v1"
+            if line.strip():
+                entry = json.loads(line)
+                if int(entry["batchId"]) == batch_id:
+                    files[entry["path"]] = int(entry["timestamp"])
+    return files

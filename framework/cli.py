@@ -1,0 +1,199 @@
+"""The ``medallion`` command.
+
+Exit codes: 0 success (a run stopped on request is a success), 1 a job failed, 2 the
+configuration or the command line is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from framework import __version__
+from framework.config.loader import load_project
+from framework.config.model import Layer, ProjectConfig
+from framework.errors import ConfigValidationError, MedallionError
+from framework.logging import LogFormat, configure_logging, get_logger
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--conf", help="configuration folder (default: $MEDALLION_CONF or ./conf)")
+    common.add_argument("--env", help="environment name (default: $MEDALLION_ENV or local)")
+    common.add_argument(
+        "--log-format",
+        choices=[f.value for f in LogFormat],
+        default=LogFormat.AUTO.value,
+        help="auto: readable on a terminal, JSON otherwise",
+    )
+    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="medallion",
+        description="Configuration-driven medallion ingestion on Spark and Delta Lake.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", parents=[common], help="load and check all configuration",
+                       description="Load conf/ for the environment; report every problem at once.")
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("run", parents=[common], help="run a layer's tables",
+                       description="Run the streaming jobs of a layer (or 'all' layers in order).")
+    p.add_argument("layer", choices=[*(l.value for l in Layer), "all"])
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--table", action="append", default=[], metavar="T",
+                       help="a table to run (repeatable); default: all tables of the layer")
+    which.add_argument("--all", action="store_true", help="all tables of the layer (default)")
+    p.add_argument("--continuous", action="store_true",
+                   help="keep running with a processing-time trigger (default: availableNow)")
+    p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("status", parents=[common], help="tables, row counts, checkpoints",
+                       description="For each configured table: rows, Delta version, last "
+                       "committed batch of its checkpoint, and files waiting in landing.")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
+                       description="Run SQL on the lakehouse (tables by name) and print a table.")
+    p.add_argument("query")
+    p.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    p.set_defaults(handler=cmd_sql)
+
+    p = sub.add_parser("infer-schema", parents=[common],
+                       help="infer a bronze feed's schema once and write it into its spec",
+                       description="Read the feed's landing files in batch, infer a schema, and "
+                       "write it as DDL into the spec file (it is never inferred at run time).")
+    p.add_argument("table")
+    p.add_argument("--force", action="store_true", help="replace an existing schema")
+    p.set_defaults(handler=cmd_infer_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ConfigValidationError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_CONFIG
+    except MedallionError as exc:
+        get_logger().error("command.failed", command=args.command, error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _project(args: argparse.Namespace) -> ProjectConfig:
+    return load_project(args.conf, args.env)
+
+
+def _spark(project: ProjectConfig, app: str) -> Any:
+    from framework.session import get_spark
+
+    return get_spark(project.env, app)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    project = _project(args)
+    by_layer: dict[str, list[str]] = {}
+    for t in project.tables:
+        by_layer.setdefault(t.layer.value, []).append(t.full_name)
+    print(f"configuration valid: environment {project.env.name!r}, {len(project.tables)} table(s)")
+    for layer, names in by_layer.items():
+        print(f"  {layer}: {', '.join(names)}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from framework.job import RunContext, RunStatus, TriggerPolicy
+    from framework.runner import run_tables, select_tables
+
+    project = _project(args)
+    layer = None if args.layer == "all" else Layer(args.layer)
+    tables = select_tables(project, layer, args.table)
+    if not tables:
+        print(f"no tables configured for layer {args.layer!r}", file=sys.stderr)
+        return EXIT_CONFIG
+    ctx = RunContext(
+        trigger=TriggerPolicy(continuous=args.continuous, interval=project.env.processing_interval)
+    )
+    spark = _spark(project, f"medallion-{args.layer}")
+    with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT):
+        summary = run_tables(spark, project, tables, ctx)
+    print(summary.render())
+    if args.summary:
+        with open(args.summary, "w", encoding="utf-8") as fh:
+            json.dump(summary.to_dict(), fh, indent=2)
+    return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from framework.status import table_status
+
+    project = _project(args)
+    spark = _spark(project, "medallion-status")
+    rows = [table_status(spark, t) for t in project.tables]
+    _print_table(
+        ["table", "exists", "rows", "version", "last batch", "pending files"],
+        [[r.table, r.exists, r.rows, r.version, r.last_batch, r.pending_files] for r in rows],
+    )
+    return EXIT_OK
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    project = _project(args)
+    spark = _spark(project, "medallion-sql")
+    df = spark.sql(args.query)
+    rows = df.limit(args.limit).collect()
+    if args.json:
+        for r in rows:
+            print(json.dumps(r.asDict(recursive=True), default=str))
+    else:
+        _print_table(df.columns, [list(r) for r in rows])
+    return EXIT_OK
+
+
+def cmd_infer_schema(args: argparse.Namespace) -> int:
+    from bronze.schema import infer_schema, write_schema
+
+    project = _project(args)
+    table = project.table(args.table, Layer.BRONZE)
+    spark = _spark(project, "medallion-infer-schema")
+    ddl = infer_schema(spark, table)
+    write_schema(table, ddl, force=args.force)
+    print(f"{table.source_file}: schema: {ddl}")
+    return EXIT_OK
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
+    fmt = " | ".join("{:<%d}" % w for w in widths)
+    print(fmt.format(*header))
+    print("-+-".join("-" * w for w in widths))
+    for r in cells:
+        print(fmt.format(*r))
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Load ``conf/`` into typed objects, gathering every problem and raising them once.
+
+Layout::
+
+    conf/environments/<env>.yaml          one Environment per file (name defaults to the stem)
+    conf/tables/<layer>/<table>.yaml      one table spec per file (name defaults to the stem)
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from framework.config.model import Environment, Layer, ProjectConfig, Table, TableSpec
+from framework.errors import (
+    ConfigError,
+    ConfigValidationError,
+    DuplicateTableError,
+    InvalidIdentifierError,
+    LiteralSecretError,
+    MissingKeyError,
+    MissingSecretError,
+    MissingVariableError,
+    UnknownKeyError,
+    WrongTypeError,
+)
+
+DEFAULT_ENV = "local"
+M = TypeVar("M", bound=BaseModel)
+
+# pydantic error types -> the package's error classes
+_ERROR_CLASSES: dict[str, type[ConfigError]] = {
+    "extra_forbidden": UnknownKeyError,
+    "missing": MissingKeyError,
+    "invalid_identifier": InvalidIdentifierError,
+    "missing_secret": MissingSecretError,
+    "missing_variable": MissingVariableError,
+    "literal_secret": LiteralSecretError,
+}
+_TYPE_SUFFIXES = ("_type", "_parsing", "enum", "literal_error", "secret_type")
+_SECRET_ERRORS = {"literal_secret", "secret_type"}
+
+
+def default_conf_dir() -> Path:
+    """``$MEDALLION_CONF`` or ``./conf``."""
+    return Path(os.environ.get("MEDALLION_CONF", "conf"))
+
+
+def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> ProjectConfig:
+    """Load the environment ``env`` and every table spec; raise all problems at once."""
+    from framework.layers import spec_class
+
+    conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
+    env_name = env or os.environ.get("MEDALLION_ENV", DEFAULT_ENV)
+    errors: list[ConfigError] = []
+
+    if not conf.is_dir():
+        raise ConfigValidationError(
+            [ConfigError(f"expected a configuration folder, found none at {conf.resolve()}")]
+        )
+
+    env_file = conf / "environments" / f"{env_name}.yaml"
+    environment: Environment | None = None
+    if not env_file.is_file():
+        known = sorted(p.stem for p in (conf / "environments").glob("*.yaml"))
+        errors.append(
+            ConfigError(
+                f"expected environment {env_name!r} (one of: {', '.join(known) or 'none'}), "
+                "found no such file",
+                file=str(env_file),
+            )
+        )
+    else:
+        environment = _validate(Environment, env_file, errors, defaults={"name": env_name})
+        if environment is not None:
+            environment = _anchor_root(environment, conf)
+
+    specs: list[tuple[Layer, TableSpec, str]] = []
+    tables_dir = conf / "tables"
+    for layer_dir in sorted(p for p in tables_dir.glob("*") if p.is_dir()):
+        spec_files = sorted(layer_dir.glob("*.y*ml"))
+        try:
+            layer = Layer(layer_dir.name)
+        except ValueError:
+            valid = ", ".join(l.value for l in Layer)
+            errors.append(ConfigError(f"expected a layer folder ({valid}), "
+                                      f"found {layer_dir.name!r}", file=str(layer_dir)))
+            continue
+        if not spec_files:
+            continue
+        try:
+            model = spec_class(layer)
+        except ConfigError as exc:
+            exc.file = str(layer_dir)
+            errors.append(exc)
+            continue
+        for spec_file in spec_files:
+            spec = _validate(model, spec_file, errors, defaults={"name": spec_file.stem})
+            if spec is not None:
+                specs.append((layer, spec, str(spec_file)))
+
+    tables: list[Table] = []
+    if environment is not None:
+        tables = [Table(spec, layer, environment, file) for layer, spec, file in specs]
+        errors += _duplicates(tables)
+        for table in tables:
+            for problem in table.spec.check(table):
+                problem.file = problem.file or table.source_file
+                errors.append(problem)
+
+    if errors:
+        raise ConfigValidationError(errors)
+    assert environment is not None
+    return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf))
+
+
+def _validate(
+    model: type[M], file: Path, errors: list[ConfigError], defaults: dict[str, Any]
+) -> M | None:
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        errors.append(ConfigError(f"expected valid YAML, found: {exc}", file=str(file), key=where))
+        return None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        errors.append(
+            WrongTypeError(
+                f"expected a mapping at the top level, found {type(data).__name__}",
+                file=str(file),
+            )
+        )
+        return None
+    for key, value in defaults.items():
+        data.setdefault(key, value)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors += [_convert(model, e, str(file)) for e in exc.errors(include_url=False)]
+        return None
+
+
+def _convert(model: type[BaseModel], err: Any, file: str) -> ConfigError:
+    loc = tuple(err["loc"])
+    # pydantic appends the union member tried ("str", "SecretRef"...) to loc; keep real keys.
+    key = _key_path(loc)
+    kind: str = err["type"]
+    cls = _ERROR_CLASSES.get(kind)
+    if cls is None:
+        cls = WrongTypeError if kind.endswith(_TYPE_SUFFIXES) else ConfigError
+    if cls is UnknownKeyError:
+        valid = _valid_keys(model, loc[:-1])
+        message = f"unknown key {loc[-1]!r}; valid keys: {', '.join(valid)}"
+    elif cls is MissingKeyError:
+        message = f"expected key {loc[-1]!r}, found it missing"
+    elif kind in _SECRET_ERRORS or cls in (MissingSecretError, MissingVariableError):
+        message = err["msg"]  # never echo the input of a secret field
+    else:
+        found = repr(err.get("input"))
+        found = found if len(found) <= 80 else found[:77] + "..."
+        message = f"{err['msg']}; found {found}"
+    return cls(message, file=file, key=key)
+
+
+def _key_path(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and (part[:1].isupper() or part.startswith(("function-",))):
+            continue  # a union member's name, not a key
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    target: Any = model
+    for part in loc:
+        target = _step(target, part)
+        if target is None:
+            return []
+    if isinstance(target, type) and issubclass(target, BaseModel):
+        return sorted(f.alias or name for name, f in target.model_fields.items())
+    return []
+
+
+def _step(annotation: Any, part: Any) -> Any:
+    for candidate in _members(annotation):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            if isinstance(part, str):
+                for name, field in candidate.model_fields.items():
+                    if part in (name, field.alias):
+                        return field.annotation
+        origin = typing.get_origin(candidate)
+        if origin in (dict, list, tuple):
+            args = typing.get_args(candidate)
+            if args:
+                return args[-1] if origin is dict else args[0]
+    return None
+
+
+def _members(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return list(typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    return [annotation]
+
+
+def _anchor_root(env: Environment, conf: Path) -> Environment:
+    """A relative local root is taken relative to the project folder (conf/'s parent)."""
+    if "://" in env.root or os.path.isabs(env.root):
+        return env
+    root = (conf.resolve().parent / env.root).resolve()
+    return env.model_copy(update={"root": str(root)})
+
+
+def _duplicates(tables: list[Table]) -> list[ConfigError]:
+    errors: list[ConfigError] = []
+    seen: dict[str, Table] = {}
+    for table in tables:
+        for key in (table.full_name.lower(), table.checkpoint):
+            first = seen.setdefault(key, table)
+            if first is not table:
+                errors.append(
+                    DuplicateTableError(
+                        f"expected one spec per table, found {table.full_name} defined again "
+                        f"(first in {first.source_file})",
+                        file=table.source_file,
+                        key="name",
+                    )
+                )
+                break
+    return errors

@@ -1,0 +1,217 @@
+"""Typed, frozen configuration: environments, table specs, and the tables they resolve to."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import Field, PositiveInt, field_validator
+
+from framework.config.secrets import FORMS, SecretRef, looks_secret
+from framework.config.types import AccountName, Identifier, Model, Text
+
+if TYPE_CHECKING:
+    from framework.errors import ConfigError
+
+
+class Layer(StrEnum):
+    """The medallion layers, in the order data flows through them."""
+
+    BRONZE = "bronze"
+    SILVER = "silver"
+    GOLD = "gold"
+
+
+class Runtime(StrEnum):
+    """Where the driver runs; decides how the SparkSession is obtained."""
+
+    AUTO = "auto"  # Databricks if DATABRICKS_RUNTIME_VERSION is set, spark-submit if launched
+    LOCAL = "local"  # by it, else local
+    DATABRICKS = "databricks"
+    SUBMIT = "submit"
+
+
+class AzureAuthMethod(StrEnum):
+    """How the framework and Spark authenticate to ADLS Gen2."""
+
+    SERVICE_PRINCIPAL = "service_principal"
+    MANAGED_IDENTITY = "managed_identity"
+    WORKLOAD_IDENTITY = "workload_identity"
+    DEFAULT = "default"  # DefaultAzureCredential: local development only
+    ACCOUNT_KEY = "account_key"
+    SAS = "sas"
+
+
+class AzureStorage(Model):
+    """Credentials for an ADLS Gen2 account; every secret is a reference."""
+
+    account: AccountName
+    auth: AzureAuthMethod
+    tenant_id: Text | None = None
+    client_id: Text | None = None
+    client_secret: SecretRef | None = None
+    account_key: SecretRef | None = None
+    sas_token: SecretRef | None = None
+
+
+class LayerSchemas(Model):
+    """The catalog schema (database) of each layer."""
+
+    bronze: Identifier = "bronze"
+    silver: Identifier = "silver"
+    gold: Identifier = "gold"
+
+    def of(self, layer: Layer) -> str:
+        return str(getattr(self, layer.value))
+
+
+class Environment(Model):
+    """One deployment target: where the lakehouse lives and how Spark is set up for it."""
+
+    name: Identifier
+    runtime: Runtime = Runtime.AUTO
+    root: Text = Field(description="Lakehouse root: a local folder or an abfss:// URL.")
+    catalog: Identifier = "spark_catalog"
+    schemas: LayerSchemas = LayerSchemas()
+    master: Text = "local[*]"
+    shuffle_partitions: PositiveInt = 4
+    processing_interval: Text = "30 seconds"
+    spark_conf: dict[str, Text | SecretRef] = Field(default_factory=dict)
+    storage: AzureStorage | None = None
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _secret_conf_values_are_references(cls, value: object) -> object:
+        # A key such as fs.azure.account.key.<acct>... holds a secret: keep it as a reference.
+        if isinstance(value, dict):
+            return {
+                k: SecretRef(v) if looks_secret(str(k)) and _is_reference(v) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _no_literal_secrets(
+        cls, value: dict[str, str | SecretRef]
+    ) -> dict[str, str | SecretRef]:
+        from pydantic_core import PydanticCustomError
+
+        for key, v in value.items():
+            if looks_secret(key) and not isinstance(v, SecretRef):
+                raise PydanticCustomError(
+                    "literal_secret",
+                    "spark_conf key {key} holds a secret: expected a reference ({forms}), "
+                    "found a literal value (not shown)",
+                    {"key": repr(key), "forms": FORMS},
+                )
+        return value
+
+    # ----------------------------------------------------------------- paths under the root
+    def path(self, *parts: str) -> str:
+        """A path under the lakehouse root (a local path or a URL, joined with '/')."""
+        return posixpath.join(self.root.rstrip("/"), *parts)
+
+    def resolve(self, path: str) -> str:
+        """A configured path: absolute paths and URLs as given, relative ones under the root."""
+        if path.startswith("/") or "://" in path:
+            return path.rstrip("/")
+        return self.path(path).rstrip("/")
+
+
+def _is_reference(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        SecretRef(value.strip())
+    except ValueError:
+        return False
+    return True
+
+
+class TableSpec(Model):
+    """What every table spec has; each layer's spec extends it (see ``framework.layers``)."""
+
+    layer: ClassVar[Layer]
+
+    name: Identifier
+    description: str = ""
+
+    def check(self, table: Table) -> list[ConfigError]:
+        """Checks that need the environment (paths, other tables); none by default."""
+        return []
+
+    def backlog_path(self, table: Table) -> str | None:
+        """A folder whose files wait for this table (bronze's landing zone); None by default."""
+        return None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table spec bound to an environment: its catalog name and its storage locations."""
+
+    spec: TableSpec
+    layer: Layer
+    env: Environment
+    source_file: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def schema(self) -> str:
+        return self.env.schemas.of(self.layer)
+
+    @property
+    def full_name(self) -> str:
+        """``catalog.schema.table``; every part is a validated identifier, safe in SQL text."""
+        return f"{self.env.catalog}.{self.schema}.{self.spec.name}"
+
+    def qualified(self, suffix: str) -> str:
+        """The full name of a companion table (``orders`` -> ``orders_quarantine``)."""
+        return f"{self.full_name}_{suffix}"
+
+    @property
+    def location(self) -> str:
+        return self.env.path("tables", self.layer.value, self.spec.name)
+
+    def companion_location(self, suffix: str) -> str:
+        return self.env.path("tables", self.layer.value, f"{self.spec.name}_{suffix}")
+
+    @property
+    def checkpoint(self) -> str:
+        """This table's own checkpoint folder; never shared with another query."""
+        return self.env.path("_checkpoints", self.layer.value, self.spec.name)
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """Everything ``conf/`` holds for one environment: the environment and its tables."""
+
+    env: Environment
+    tables: tuple[Table, ...]
+    conf_dir: str
+
+    def table(self, name: str, layer: Layer | None = None) -> Table:
+        """A table by its short name (``orders``) or full name; raises if absent or ambiguous."""
+        from framework.errors import TableNotFoundError
+
+        hits = [
+            t
+            for t in self.tables
+            if (layer is None or t.layer == layer) and name in (t.name, t.full_name)
+        ]
+        if len(hits) != 1:
+            known = ", ".join(sorted(t.full_name for t in self.tables)) or "none"
+            what = "no table" if not hits else f"{len(hits)} tables"
+            raise TableNotFoundError(
+                f"expected one configured table named {name!r}"
+                f"{f' in layer {layer.value}' if layer else ''}, found {what}; known: {known}"
+            )
+        return hits[0]
+
+    def of_layer(self, layer: Layer) -> tuple[Table, ...]:
+        return tuple(t for t in self.tables if t.layer == layer)

@@ -1,0 +1,126 @@
+"""The package's errors: one root, :class:`MedallionError`, and specific subclasses.
+
+Every error message names what was expected and what was found. Configuration problems are
+gathered while loading and raised together as one :class:`ConfigValidationError`, whose
+``errors`` hold one specific :class:`ConfigError` per problem (file and key path included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class MedallionError(Exception):
+    """Raised for any failure the framework detects; the root of every error in the package."""
+
+
+# --------------------------------------------------------------------------- configuration
+class ConfigError(MedallionError):
+    """Raised when one configuration value is invalid; carries the file and the key path."""
+
+    kind = "invalid value"
+
+    def __init__(self, message: str, *, file: str = "", key: str = "") -> None:
+        super().__init__(message)
+        self.file = file
+        self.key = key
+        self.detail = message
+
+    def __str__(self) -> str:
+        where = ":".join(part for part in (self.file, self.key) if part)
+        return f"{where}: {self.detail}" if where else self.detail
+
+
+class UnknownKeyError(ConfigError):
+    """Raised when a configuration mapping holds a key the schema does not define."""
+
+    kind = "unknown key"
+
+
+class WrongTypeError(ConfigError):
+    """Raised when a configuration value has the wrong type (a list where a mapping belongs...)."""
+
+    kind = "wrong type"
+
+
+class MissingKeyError(ConfigError):
+    """Raised when a required configuration key is absent."""
+
+    kind = "missing key"
+
+
+class InvalidIdentifierError(ConfigError):
+    """Raised when a table, schema or catalog name is not a plain SQL identifier."""
+
+    kind = "invalid identifier"
+
+
+class MissingSecretError(ConfigError):
+    """Raised when a ``${VAR}`` reference names an environment variable that is not set."""
+
+    kind = "missing secret"
+
+
+class MissingVariableError(ConfigError):
+    """Raised when a ``${VAR}`` in a plain (non-secret) value names an unset variable."""
+
+    kind = "missing variable"
+
+
+class LiteralSecretError(ConfigError):
+    """Raised when a secret field holds a literal value instead of a secret reference."""
+
+    kind = "literal secret"
+
+
+class DuplicateTableError(ConfigError):
+    """Raised when two table specs resolve to the same catalog table (or checkpoint)."""
+
+    kind = "duplicate table"
+
+
+class ConfigValidationError(ConfigError):
+    """Raised once per load when any configuration problem was found; lists all of them."""
+
+    kind = "invalid configuration"
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        self.errors: tuple[ConfigError, ...] = tuple(errors)
+        lines = [f"{len(self.errors)} configuration problem(s):"]
+        lines += [f"  - [{e.kind}] {e}" for e in self.errors]
+        super().__init__("\n".join(lines))
+        self.detail = "\n".join(lines)
+
+    def of_kind(self, kind: type[ConfigError]) -> list[ConfigError]:
+        """The gathered errors of one class (a convenience for callers and tests)."""
+        return [e for e in self.errors if isinstance(e, kind)]
+
+
+# --------------------------------------------------------------------------- runtime
+class SessionError(MedallionError):
+    """Raised when a SparkSession cannot be created or lacks what the framework needs."""
+
+
+class DeltaNotAvailableError(SessionError):
+    """Raised when Delta Lake's classes are not on the driver's classpath (spark-submit)."""
+
+
+class JobError(MedallionError):
+    """Raised when a job step fails; names the table and the step, chained from the cause."""
+
+    def __init__(self, table: str, step: str, cause: BaseException | str) -> None:
+        self.table = table
+        self.step = step
+        super().__init__(f"{table}: step '{step}' failed: {cause}")
+
+
+class QueryFailedError(JobError):
+    """Raised when a streaming query terminates with an exception."""
+
+
+class StorageError(MedallionError):
+    """Raised when a file-system operation on the lake fails."""
+
+
+class TableNotFoundError(MedallionError):
+    """Raised when a configured table is asked for but does not exist in the catalog."""

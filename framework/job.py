@@ -1,0 +1,319 @@
+"""The lifecycle every layer's job follows: a template method around a streaming query.
+
+``StreamingJob.run()`` calls the steps in order, each a small protected method::
+
+    prepare()          create the schema and the tables the job writes (idempotent)
+    read()             the streaming source DataFrame
+    transform(df)      pure DataFrame -> DataFrame (default: unchanged)
+    write(df)          a DataStreamWriter (sink, foreachBatch...), without trigger or checkpoint
+    -> started here with the table's own checkpoint, the trigger policy and a query name
+    finish(progress)   after the query ends: reconcile, count; returns counts for the summary
+
+Errors in a step are re-raised as :class:`~framework.errors.JobError` naming the table and the
+step. A stop request (SIGTERM/SIGINT) lets the batch in flight commit, then stops the query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from framework.config.model import Layer, Table
+from framework.errors import JobError, MedallionError, QueryFailedError
+from framework.listener import BatchProgress, ProgressListener
+from framework.logging import get_logger
+
+T = TypeVar("T")
+
+
+class RunStatus(StrEnum):
+    """How a table's run ended."""
+
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"  # stopped on request at a batch boundary
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not started: an earlier table failed or a stop was requested
+
+
+@dataclass(frozen=True)
+class TriggerPolicy:
+    """availableNow (process what is there, then stop) or a processing-time trigger."""
+
+    continuous: bool = False
+    interval: str = "30 seconds"
+
+    def apply(self, writer: DataStreamWriter) -> DataStreamWriter:
+        if self.continuous:
+            return writer.trigger(processingTime=self.interval)
+        return writer.trigger(availableNow=True)
+
+
+class StopSignal:
+    """A stop request shared by the jobs of a run; set by SIGTERM/SIGINT or by a caller."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    @contextlib.contextmanager
+    def on_signals(self, *signums: int) -> Iterator[StopSignal]:
+        """Turn the signals into a stop request while inside; a second signal interrupts."""
+        log = get_logger()
+        previous = {s: signal.getsignal(s) for s in signums}
+
+        def handler(signum: int, frame: Any) -> None:
+            name = signal.Signals(signum).name
+            if self.is_set():
+                log.warning("job.stop.forced", signal=name)
+                raise KeyboardInterrupt(name)
+            log.warning("job.stop.requested", signal=name)
+            self.request(name)
+
+        for s in signums:
+            signal.signal(s, handler)
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+@dataclass
+class RunContext:
+    """What all jobs of one run share."""
+
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    trigger: TriggerPolicy = field(default_factory=TriggerPolicy)
+    stop: StopSignal = field(default_factory=StopSignal)
+    stop_grace_seconds: float = 300.0
+
+
+@dataclass
+class TableRunSummary:
+    """What one table's run did."""
+
+    table: str
+    layer: str
+    status: RunStatus
+    batches: int = 0
+    first_batch: int | None = None
+    last_batch: int | None = None
+    rows_in: int = 0
+    rows_out: int = 0
+    duration_s: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+@dataclass
+class RunSummary:
+    """What a whole run did, per table; printed for a person and written as JSON."""
+
+    run_id: str
+    env: str
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    tables: list[TableRunSummary] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def status(self) -> RunStatus:
+        statuses = {t.status for t in self.tables}
+        for s in (RunStatus.FAILED, RunStatus.STOPPED):
+            if s in statuses:
+                return s
+        return RunStatus.SUCCEEDED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "env": self.env,
+            "started_at": self.started_at,
+            "status": self.status.value,
+            "duration_s": round(self.duration_s, 3),
+            "tables": [t.to_dict() for t in self.tables],
+        }
+
+    def render(self) -> str:
+        """A plain-text table for a person at a terminal."""
+        head = ("table", "status", "batches", "rows in", "rows out", "seconds", "counts")
+        rows = [
+            (
+                t.table,
+                t.status.value,
+                str(t.batches),
+                str(t.rows_in),
+                str(t.rows_out),
+                f"{t.duration_s:.1f}",
+                " ".join(f"{k}={v}" for k, v in sorted(t.counts.items())),
+            )
+            for t in self.tables
+        ]
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        line = "  ".join("{:<%d}" % w for w in widths)
+        out = [f"run {self.run_id} ({self.env}): {self.status.value} in {self.duration_s:.1f}s"]
+        out += [line.format(*head), line.format(*("-" * w for w in widths))]
+        out += [line.format(*r) for r in rows]
+        return "\n".join(out)
+
+
+class StreamingJob(ABC):
+    """Base of every layer's job; subclasses implement ``read`` and ``write``."""
+
+    layer: ClassVar[Layer]
+
+    def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
+        self.spark = spark
+        self.table = table
+        self.ctx = ctx
+        self.query_name = f"{self.layer.value}.{table.name}"
+        self.log = get_logger(
+            env=table.env.name, layer=self.layer.value, table=table.full_name, run_id=ctx.run_id
+        )
+        self.listener = ProgressListener.install(spark)
+
+    # ------------------------------------------------------------------ the template
+    def run(self) -> TableRunSummary:
+        """Run the table's query to completion (or to a stop request) and summarise it."""
+        started = time.monotonic()
+        summary = TableRunSummary(self.table.full_name, self.layer.value, RunStatus.SUCCEEDED)
+        self.log.info("job.started", trigger="continuous" if self.ctx.trigger.continuous
+                      else "availableNow")
+        query: StreamingQuery | None = None
+        try:
+            self._step("prepare", self.prepare)
+            source = self._step("read", self.read)
+            result = self._step("transform", self.transform, source)
+            writer = self._step("write", self.write, result)
+            query = self._start(writer)
+            summary.status = self._await(query)
+        except MedallionError as exc:
+            summary.status, summary.error = RunStatus.FAILED, str(exc)
+            self.log.error("job.failed", step=getattr(exc, "step", None), error=str(exc))
+        progress = self._collect(query)
+        summary.batches = len(progress)
+        if progress:
+            summary.first_batch = progress[0].batch_id
+            summary.last_batch = progress[-1].batch_id
+        summary.rows_in = sum(p.input_rows for p in progress)
+        if summary.status is not RunStatus.FAILED or query is not None:
+            try:
+                summary.counts = self._step("finish", self.finish, progress)
+            except MedallionError as exc:
+                summary.status, summary.error = RunStatus.FAILED, str(exc)
+                self.log.error("job.failed", step="finish", error=str(exc))
+        summary.rows_out = summary.counts.pop("rows_out", 0)
+        summary.duration_s = time.monotonic() - started
+        self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
+                                         if k not in ("table", "layer")})
+        return summary
+
+    # ------------------------------------------------------------------ steps
+    def prepare(self) -> None:
+        """Create what the job writes; the default creates the layer's schema."""
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}.{self.table.schema}")
+
+    @abstractmethod
+    def read(self) -> DataFrame:
+        """The streaming DataFrame this job consumes."""
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        """Pure DataFrame -> DataFrame; unchanged by default."""
+        return df
+
+    @abstractmethod
+    def write(self, df: DataFrame) -> DataStreamWriter:
+        """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
+
+    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+        """After the query: reconcile and count. ``rows_out`` goes to the summary's column."""
+        return {}
+
+    # ------------------------------------------------------------------ machinery
+    def _step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except JobError:
+            raise
+        except Exception as exc:
+            raise JobError(self.table.full_name, name, exc) from exc
+
+    def _start(self, writer: DataStreamWriter) -> StreamingQuery:
+        writer = self.ctx.trigger.apply(writer)
+        writer = writer.option("checkpointLocation", self.table.checkpoint)
+        self.listener.register(self.query_name, self.log)
+        query = self._step("start", writer.queryName(self.query_name).start)
+        self.on_started(query)
+        return query
+
+    def on_started(self, query: StreamingQuery) -> None:
+        """Called once the query has started (its id is known); nothing by default."""
+
+    def _await(self, query: StreamingQuery) -> RunStatus:
+        while True:
+            if self.ctx.stop.is_set():
+                self._stop_at_batch_boundary(query)
+                return RunStatus.STOPPED
+            try:
+                if query.awaitTermination(0.25):
+                    return RunStatus.SUCCEEDED
+            except StreamingQueryException as exc:
+                raise QueryFailedError(self.table.full_name, "stream", _first_line(exc)) from exc
+
+    def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
+        """Let the batch in flight commit, then stop; a batch started after it is cancelled
+        before it commits and re-runs from its logged offsets on the next start."""
+        last = (query.lastProgress or {}).get("batchId", -1)
+        deadline = time.monotonic() + self.ctx.stop_grace_seconds
+        while query.isActive and time.monotonic() < deadline:
+            if not query.status.get("isTriggerActive", False):
+                break
+            if (query.lastProgress or {}).get("batchId", -1) > last:
+                break
+            time.sleep(0.05)
+        query.stop()
+        self.log.info("job.stopped", reason=self.ctx.stop.reason,
+                      last_batch=(query.lastProgress or {}).get("batchId"))
+
+    def _collect(self, query: StreamingQuery | None) -> list[BatchProgress]:
+        if query is None:
+            return []
+        run_id = str(query.runId)
+        last = (query.lastProgress or {}).get("batchId")
+        if not self.listener.wait_for(run_id, last, timeout=30):
+            self.log.warning("job.progress.incomplete", query_run_id=run_id)
+        # One entry per executed batch: an idle trigger reports progress too (no addBatch).
+        by_batch: dict[int, BatchProgress] = {}
+        for p in self.listener.progress(run_id):
+            if "addBatch" in p.duration_ms or p.input_rows:
+                by_batch.setdefault(p.batch_id, p)
+        return [by_batch[b] for b in sorted(by_batch)]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

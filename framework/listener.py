@@ -1,0 +1,170 @@
+"""One structured event per micro-batch, from Spark's StreamingQueryListener.
+
+The listener is installed once per SparkSession. Jobs register their query name with the
+logger that carries their context (layer, table, run_id); each progress report becomes one
+``stream.batch.progress`` event with that context, and is kept for the run summary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from framework.logging import get_logger
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """The figures of one micro-batch, as reported by Spark."""
+
+    batch_id: int
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    duration_ms: dict[str, int]
+    watermark: str | None
+    state_rows: int
+    state_rows_updated: int
+    rows_dropped_by_watermark: int
+    observed: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_progress(cls, p: Any) -> BatchProgress:
+        ops = list(p.stateOperators or [])
+        observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
+        return cls(
+            batch_id=int(p.batchId),
+            input_rows=int(p.numInputRows or 0),
+            input_rows_per_second=_finite(p.inputRowsPerSecond),
+            processed_rows_per_second=_finite(p.processedRowsPerSecond),
+            duration_ms={k: int(v) for k, v in (p.durationMs or {}).items()},
+            watermark=(p.eventTime or {}).get("watermark"),
+            state_rows=sum(int(o.numRowsTotal) for o in ops),
+            state_rows_updated=sum(int(o.numRowsUpdated) for o in ops),
+            rows_dropped_by_watermark=sum(int(o.numRowsDroppedByWatermark) for o in ops),
+            observed=observed,
+        )
+
+    def event_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "batch_id": self.batch_id,
+            "input_rows": self.input_rows,
+            "input_rows_per_second": round(self.input_rows_per_second, 1),
+            "processed_rows_per_second": round(self.processed_rows_per_second, 1),
+            "duration_ms": self.duration_ms.get("triggerExecution", 0),
+            "durations_ms": self.duration_ms,
+            "watermark": self.watermark,
+            "state_rows": self.state_rows,
+            "rows_dropped_by_watermark": self.rows_dropped_by_watermark,
+        }
+        for metrics in self.observed.values():
+            fields.update(metrics)
+        return fields
+
+
+def _finite(value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
+
+
+class ProgressListener(StreamingQueryListener):
+    """Turns each query progress into one event and keeps it for the job's summary."""
+
+    _installed: dict[int, ProgressListener] = {}
+    _install_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cond = threading.Condition()
+        self._loggers: dict[str, Any] = {}
+        self._progress: dict[str, list[BatchProgress]] = {}  # by run id
+        self._terminated: set[str] = set()
+        self._names: dict[str, str | None] = {}  # query run id -> query name
+
+    @classmethod
+    def install(cls, spark: SparkSession) -> ProgressListener:
+        """The session's listener, added on first use."""
+        key = id(spark._jsparkSession)  # one per JVM session
+        with cls._install_lock:
+            listener = cls._installed.get(key)
+            if listener is None:
+                listener = cls()
+                spark.streams.addListener(listener)
+                cls._installed[key] = listener
+            return listener
+
+    # ------------------------------------------------------------------ registration
+    def register(self, query_name: str, log: Any) -> None:
+        """Events of the query named ``query_name`` carry ``log``'s bound context."""
+        with self._cond:
+            self._loggers[query_name] = log
+
+    def progress(self, run_id: str) -> list[BatchProgress]:
+        with self._cond:
+            return list(self._progress.get(run_id, []))
+
+    def wait_for(self, run_id: str, batch_id: int | None, timeout: float = 30.0) -> bool:
+        """Wait until the run's progress for ``batch_id`` (and its end) has been delivered.
+
+        Listener events arrive asynchronously; a job calls this before it builds its summary.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                seen = {p.batch_id for p in self._progress.get(run_id, [])}
+                if (batch_id is None or batch_id in seen) and run_id in self._terminated:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
+    def _log(self, name: str | None) -> Any:
+        return self._loggers.get(name or "") or get_logger(query=name)
+
+    # ------------------------------------------------------------------ Spark callbacks
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        with self._cond:
+            self._names[str(event.runId)] = event.name
+        self._log(event.name).info(
+            "stream.query.started", query_id=str(event.id), query_run_id=str(event.runId)
+        )
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        p = event.progress
+        batch = BatchProgress.from_progress(p)
+        with self._cond:
+            self._progress.setdefault(str(p.runId), []).append(batch)
+            self._cond.notify_all()
+        self._log(p.name).info("stream.batch.progress", **batch.event_fields())
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        with self._cond:
+            log = self._log(self._names.get(str(event.runId)))
+            self._terminated.add(str(event.runId))
+            self._cond.notify_all()
+        if event.exception:
+            log.error(
+                "stream.query.failed",
+                query_id=str(event.id),
+                query_run_id=str(event.runId),
+                error=event.exception.splitlines()[0][:500],
+                error_class=event.errorClassOnException,
+            )

@@ -1,0 +1,46 @@
+"""Run a selection of tables, layer by layer, in the order data flows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+
+from framework.config.model import Layer, ProjectConfig, Table
+from framework.job import RunContext, RunStatus, RunSummary, TableRunSummary
+from framework.layers import job_class
+from framework.logging import get_logger
+
+
+def select_tables(
+    project: ProjectConfig, layer: Layer | None, names: Sequence[str] = ()
+) -> list[Table]:
+    """The tables of ``layer`` (all layers when None), or only those named, in flow order."""
+    if names:
+        chosen = [project.table(n, layer) for n in names]
+    else:
+        chosen = [t for t in project.tables if layer is None or t.layer == layer]
+    order = list(Layer)
+    return sorted(chosen, key=lambda t: (order.index(t.layer), t.name))
+
+
+def run_tables(
+    spark: SparkSession, project: ProjectConfig, tables: Sequence[Table], ctx: RunContext
+) -> RunSummary:
+    """Run each table's job; after a failure or a stop request the rest are skipped."""
+    summary = RunSummary(run_id=ctx.run_id, env=project.env.name)
+    log = get_logger(env=project.env.name, run_id=ctx.run_id)
+    started = time.monotonic()
+    log.info("run.started", tables=[t.full_name for t in tables])
+    for table in tables:
+        if ctx.stop.is_set() or summary.status is RunStatus.FAILED:
+            summary.tables.append(
+                TableRunSummary(table.full_name, table.layer.value, RunStatus.SKIPPED)
+            )
+            continue
+        job = job_class(table.layer)(spark, table, ctx)
+        summary.tables.append(job.run())
+    summary.duration_s = time.monotonic() - started
+    log.info("run.finished", **summary.to_dict())
+    return summary

@@ -1,0 +1,217 @@
+"""One entry, :func:`get_spark`, that returns the SparkSession for an environment.
+
+* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars resolved from Maven
+  Central through delta-spark's pip helper (cached by Ivy; ``python -m framework.session``
+  warms the cache), and a warehouse plus embedded Derby metastore under the lakehouse root,
+  so tables persist by name across runs.
+* **databricks**: the cluster's active session, as it is: no master, no packages, never stopped.
+* **submit** (spark-submit, YARN or any master): master, packages and conf come from
+  spark-submit; if Delta's classes are missing the job stops at once with the exact
+  ``--packages`` argument to add.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from framework.config.model import Environment, Runtime
+from framework.config.secrets import SecretRef
+from framework.errors import DeltaNotAvailableError, SessionError
+from framework.storage import local_path
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+SCALA_VERSION = "2.13"
+
+
+def delta_package() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark."""
+    from importlib.metadata import version
+
+    import pyspark
+
+    spark_mm = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_mm}_{SCALA_VERSION}:{version('delta-spark')}"
+
+
+def hadoop_azure_package(hadoop_version: str) -> str:
+    """The Maven coordinate of hadoop-azure for ``abfss://`` paths, matching Spark's Hadoop."""
+    return f"org.apache.hadoop:hadoop-azure:{hadoop_version}"
+
+
+def detect_runtime() -> Runtime:
+    """Databricks if its runtime variable is set; spark-submit if it launched us; else local."""
+    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+        return Runtime.DATABRICKS
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
+        return Runtime.SUBMIT
+    return Runtime.LOCAL
+
+
+def get_spark(
+    env: Environment, app_name: str = "medallion", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """The SparkSession for ``env``; ``conf`` adds settings (local and spark-submit only)."""
+    runtime = env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
+    return _BUILDERS[runtime](env, app_name, dict(conf or {}))
+
+
+def _env_conf(env: Environment) -> dict[str, str]:
+    return {
+        k: v.resolve() if isinstance(v, SecretRef) else v for k, v in env.spark_conf.items()
+    }
+
+
+def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    from delta import configure_spark_with_delta_pip
+
+    if "://" in env.root and not env.root.startswith("file:"):
+        raise SessionError(
+            f"expected a local folder as the root of a local environment, found {env.root!r}"
+        )
+    root = env.root.removeprefix("file:")
+    os.makedirs(root, exist_ok=True)
+    settings: dict[str, str] = {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": os.path.join(root, "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={os.path.join(root, 'metastore_db')};create=true"
+        ),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",
+        "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+    }
+    settings.update(_env_conf(env))
+    settings.update(conf)
+    jars = cached_jars()
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    builder = SparkSession.builder.master(env.master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    if not jars:
+        builder = configure_spark_with_delta_pip(builder)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not jars:
+        _remember_jars(spark)
+    return spark
+
+
+def _manifest() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "medallion" / f"{delta_package().replace(':', '_')}.jars"
+
+
+def cached_jars() -> list[str]:
+    """Delta's jars as resolved once by Spark from Maven Central, if all are still cached.
+
+    Resolving ``spark.jars.packages`` runs Ivy at every start (seconds, and a report on
+    stdout); after the first resolution the local jar files are handed to Spark directly.
+    """
+    manifest = _manifest()
+    if not manifest.is_file():
+        return []
+    jars = [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
+    if not jars or not all(Path(local_path(j)).is_file() for j in jars):
+        return []
+    return jars
+
+
+def _remember_jars(spark: SparkSession) -> None:
+    resolved = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    jars = [j for j in resolved.split(",") if j]
+    if jars and all(Path(local_path(j)).is_file() for j in jars):
+        manifest = _manifest()
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text("\n".join(jars) + "\n")
+
+
+def _databricks(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        spark = SparkSession.builder.getOrCreate()
+    # Only session-level settings the user asked for; the cluster owns everything else.
+    for key, value in _env_conf(env).items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
+    settings = {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
+    }
+    settings.update(_env_conf(env))
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    require_delta(spark, needs_azure=env.root.startswith("abfs"))
+    return spark
+
+
+def require_delta(spark: SparkSession, needs_azure: bool = False) -> None:
+    """Fail with the exact ``--packages`` argument when Delta (or hadoop-azure) is missing."""
+    jvm: Any = spark.sparkContext._jvm
+    missing = []
+    if not _has_class(jvm, DELTA_EXTENSION):
+        missing.append(delta_package())
+    abfs = "org.apache.hadoop.fs.azurebfs.SecureAzureBlobFileSystem"
+    if needs_azure and not _has_class(jvm, abfs):
+        version = jvm.org.apache.hadoop.util.VersionInfo.getVersion()
+        missing.append(hadoop_azure_package(version))
+    if missing:
+        raise DeltaNotAvailableError(
+            "expected Delta Lake's classes on the driver's classpath, found them missing. "
+            f"Add to spark-submit: --packages {','.join(missing)} "
+            f"--conf spark.sql.extensions={DELTA_EXTENSION} "
+            f"--conf spark.sql.catalog.spark_catalog={DELTA_CATALOG}"
+        )
+
+
+def _has_class(jvm: Any, name: str) -> bool:
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(name, False, loader)
+    except Exception:
+        return False
+    return True
+
+
+_BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSession]] = {
+    Runtime.LOCAL: _local,
+    Runtime.DATABRICKS: _databricks,
+    Runtime.SUBMIT: _submit,
+}
+
+
+def main() -> None:
+    """Warm the Ivy cache with Delta's jars (run by the setup step, so tests never pay it)."""
+    import tempfile
+
+    from framework.config.model import Environment
+
+    with tempfile.TemporaryDirectory() as root:
+        env = Environment(name="warmup", runtime=Runtime.LOCAL, root=root, master="local[1]")
+        spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
+        spark.range(1).write.format("delta").save(os.path.join(root, "probe"))
+        print(f"Delta jars ready: {delta_package()} (Spark {spark.version})")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

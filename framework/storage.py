@@ -1,0 +1,136 @@
+"""File operations the framework performs on the lake itself (not through Spark).
+
+Bronze moves files to the archive and the quarantine folder, stats and reads them; the
+implementation is chosen by the path's scheme from :data:`IMPLEMENTATIONS`. Paths may be
+given as plain paths or as the ``file:`` URIs Spark reports.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Protocol
+from urllib.parse import unquote, urlparse
+
+from framework.errors import StorageError
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file in the lake: its path (as the storage names it), size and modification time."""
+
+    path: str
+    size: int
+    modified_ms: int
+
+
+class Storage(Protocol):
+    """The operations bronze and the CLI need from a file system."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def stat(self, path: str) -> FileInfo: ...
+
+    def open(self, path: str) -> IO[bytes]: ...
+
+    def move(self, src: str, dst: str) -> None:
+        """Move a file, creating the target's parents; an existing target is an error."""
+
+    def delete(self, path: str) -> None: ...
+
+    def list_files(self, path: str) -> Iterator[FileInfo]:
+        """Every file under ``path``, recursively."""
+
+    def makedirs(self, path: str) -> None: ...
+
+
+def local_path(path: str) -> str:
+    """A local file system path from a plain path or a ``file:`` URI."""
+    if path.startswith("file:"):
+        return unquote(urlparse(path).path)
+    return path
+
+
+def archive_target(archive_dir: str, source_file: str) -> str:
+    """Where a source file goes in an archive: the archive folder plus the file's full path.
+
+    This is the layout Spark's ``cleanSource=archive`` uses, so files archived by Spark and by
+    the framework's reconciler end up side by side.
+    """
+    return archive_dir.rstrip("/") + "/" + local_path(source_file).lstrip("/")
+
+
+class LocalStorage:
+    """A local (or mounted) file system."""
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(local_path(path))
+
+    def stat(self, path: str) -> FileInfo:
+        p = local_path(path)
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            raise StorageError(f"expected a file at {p}, found none: {exc}") from exc
+        return FileInfo(p, st.st_size, int(st.st_mtime * 1000))
+
+    def open(self, path: str) -> IO[bytes]:
+        try:
+            return open(local_path(path), "rb")
+        except OSError as exc:
+            raise StorageError(f"cannot open {local_path(path)}: {exc}") from exc
+
+    def move(self, src: str, dst: str) -> None:
+        s, d = local_path(src), local_path(dst)
+        if os.path.exists(d):
+            raise StorageError(f"expected no file at move target {d}, found one (source {s})")
+        try:
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            os.replace(s, d) if _same_device(s, d) else shutil.move(s, d)
+        except OSError as exc:
+            raise StorageError(f"cannot move {s} to {d}: {exc}") from exc
+
+    def delete(self, path: str) -> None:
+        try:
+            os.remove(local_path(path))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot delete {local_path(path)}: {exc}") from exc
+
+    def list_files(self, path: str) -> Iterator[FileInfo]:
+        base = local_path(path)
+        for folder, _dirs, files in os.walk(base):
+            for name in sorted(files):
+                yield self.stat(os.path.join(folder, name))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(local_path(path), exist_ok=True)
+
+
+def _same_device(src: str, dst: str) -> bool:
+    try:
+        return os.stat(src).st_dev == os.stat(os.path.dirname(dst)).st_dev
+    except OSError:
+        return False
+
+
+IMPLEMENTATIONS: dict[str, Callable[[str], Storage]] = {
+    "": lambda path: LocalStorage(),
+    "file": lambda path: LocalStorage(),
+}
+
+
+def storage_for(path: str) -> Storage:
+    """The storage implementation for ``path``'s scheme."""
+    scheme = urlparse(path).scheme if "://" in path or path.startswith("file:") else ""
+    try:
+        factory = IMPLEMENTATIONS[scheme]
+    except KeyError:
+        valid = ", ".join(repr(s) for s in IMPLEMENTATIONS if s) or "none"
+        raise StorageError(
+            f"expected a path with a supported scheme (local paths, {valid}), found {path!r}"
+        ) from None
+    return factory(path)

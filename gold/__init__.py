@@ -1,0 +1,1 @@
+"""Gold: windowed aggregates and dimension joins for analysts."""

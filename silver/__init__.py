@@ -1,0 +1,1 @@
+"""Silver: typed, checked and deduplicated tables refined from bronze."""

@@ -1,0 +1,44 @@
+"""Shared fixtures: one real local SparkSession with Delta for the whole run, and per-test
+lakehouses (their own conf/ folder, root and catalog schemas) under pytest's tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from framework.config.model import Environment, Runtime
+from tests.support import Lakehouse
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    from framework.session import get_spark
+
+    root = tmp_path_factory.mktemp("spark-session")
+    env = Environment(
+        name="tests", runtime=Runtime.LOCAL, root=str(root), master="local[2]",
+        shuffle_partitions=2,
+    )
+    session = get_spark(
+        env,
+        "medallion-tests",
+        {
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": "2g",
+            "spark.sql.streaming.fileSource.log.compactInterval": "10",
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        },
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lakehouse(tmp_path: Path) -> Lakehouse:
+    return Lakehouse(tmp_path)
+
+

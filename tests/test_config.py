@@ -1,0 +1,192 @@
+"""Configuration: typed loading, every kind of error reported at once, secrets as references."""
+
+from __future__ import annotations
+
+import pytest
+
+from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
+from framework.cli import main
+from framework.config.loader import load_project
+from framework.config.model import AzureAuthMethod, Layer, Runtime
+from framework.config.secrets import SecretRef
+from framework.errors import (
+    ConfigValidationError,
+    DuplicateTableError,
+    InvalidIdentifierError,
+    LiteralSecretError,
+    MissingSecretError,
+    UnknownKeyError,
+    WrongTypeError,
+)
+from tests.support import REPO, Lakehouse
+
+ORDERS = {
+    "source": {
+        "path": "landing/orders",
+        "format": "json",
+        "schema": "order_id STRING, quantity INT",
+    }
+}
+
+
+def test_sample_configs_load_into_typed_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    local = load_project(REPO / "conf", "local")
+    assert local.env.runtime is Runtime.LOCAL
+    orders = local.table("orders", Layer.BRONZE)
+    assert isinstance(orders.spec, BronzeTableSpec)
+    assert orders.spec.source.format is SourceFormat.JSON
+    assert orders.spec.source.clean_source is CleanSource.ARCHIVE
+    assert orders.full_name == "spark_catalog.bronze.orders"
+    assert orders.checkpoint.endswith("/_checkpoints/bronze/orders")
+
+    for name in ("AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET"):
+        monkeypatch.setenv(name, f"value-of-{name.lower()}")
+    dev = load_project(REPO / "conf", "dev")
+    assert dev.env.root.startswith("abfss://")
+    assert dev.env.storage is not None
+    assert dev.env.storage.auth is AzureAuthMethod.SERVICE_PRINCIPAL
+    assert dev.env.storage.client_secret == SecretRef("${AZURE_CLIENT_SECRET}")
+    assert dev.table("orders").full_name == "main.dev_bronze.orders"
+    prod = load_project(REPO / "conf", "prod")
+    assert prod.env.storage is not None
+    assert prod.env.storage.auth is AzureAuthMethod.MANAGED_IDENTITY
+
+
+def test_config_objects_are_frozen(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", ORDERS)
+    project = lakehouse.project()
+    with pytest.raises(ValueError, match="frozen"):
+        project.env.root = "/elsewhere"  # type: ignore[misc]
+
+
+def test_every_kind_of_error_is_reported_in_one_run(
+    lakehouse: Lakehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    lakehouse.write_env(
+        shuffle_partitions="many",  # wrong type
+        colour="blue",  # unknown key
+        catalog="main; DROP TABLE x",  # bad identifier (SQL injection attempt)
+        storage={
+            "account": "acct1",
+            "auth": "service_principal",
+            "client_secret": "${NOT_SET_ANYWHERE}",  # missing secret reference
+            "account_key": "hunter2-literal",  # literal secret
+        },
+    )
+    lakehouse.add_table("bronze", "orders", ORDERS)
+    lakehouse.add_table("bronze", "orders_again", {**ORDERS, "name": "orders"})  # duplicate
+
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    err = info.value
+    kinds = {type(e) for e in err.errors}
+    assert {
+        WrongTypeError,
+        UnknownKeyError,
+        InvalidIdentifierError,
+        MissingSecretError,
+        LiteralSecretError,
+    } <= kinds
+
+    unknown = err.of_kind(UnknownKeyError)[0]
+    assert unknown.key == "colour"
+    assert unknown.file.endswith("test.yaml")
+    assert "valid keys:" in str(unknown) and "shuffle_partitions" in str(unknown)
+    assert err.of_kind(WrongTypeError)[0].key == "shuffle_partitions"
+    assert err.of_kind(MissingSecretError)[0].key == "storage.client_secret"
+    assert "NOT_SET_ANYWHERE" in str(err.of_kind(MissingSecretError)[0])
+    assert "hunter2-literal" not in str(err)  # a literal secret is never echoed
+
+
+def test_duplicate_table_names_are_rejected(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", ORDERS)
+    lakehouse.add_table("bronze", "orders_copy", {**ORDERS, "name": "orders"})
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    (dup,) = info.value.of_kind(DuplicateTableError)
+    assert "orders" in str(dup) and "orders_copy.yaml" in dup.file
+
+
+def test_table_names_cannot_inject_sql(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", {**ORDERS, "name": "orders`; DROP TABLE t; --"})
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    assert info.value.of_kind(InvalidIdentifierError)[0].key == "name"
+
+
+def test_unknown_key_in_a_nested_spec_lists_the_valid_keys(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", {"source": {**ORDERS["source"], "fromat": "csv"}})
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    (err,) = info.value.of_kind(UnknownKeyError)
+    assert err.key == "source.fromat"
+    assert "archive_dir" in str(err) and "format" in str(err)
+
+
+def test_enum_values_are_checked(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", {"source": {**ORDERS["source"], "format": "xml"}})
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    (err,) = info.value.of_kind(WrongTypeError)
+    assert "'json'" in str(err) and "'xml'" in str(err)
+
+
+def test_secrets_are_references_and_never_shown(
+    lakehouse: Lakehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CANARY_SECRET", "canary-7f3a9c")
+    lakehouse.write_env(
+        spark_conf={"fs.azure.account.key.acct1.dfs.core.windows.net": "${CANARY_SECRET}"},
+        storage={"account": "acct1", "auth": "account_key", "account_key": "${CANARY_SECRET}"},
+    )
+    lakehouse.add_table("bronze", "orders", ORDERS)
+    env = lakehouse.project().env
+    assert "canary-7f3a9c" not in repr(env)
+    assert "canary-7f3a9c" not in str(env.model_dump())
+    assert env.storage is not None and env.storage.account_key is not None
+    assert env.storage.account_key.resolve() == "canary-7f3a9c"
+
+
+def test_literal_secret_in_spark_conf_is_rejected(lakehouse: Lakehouse) -> None:
+    lakehouse.write_env(spark_conf={"fs.azure.account.key.acct1.dfs.core.windows.net": "abc123"})
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    assert info.value.of_kind(LiteralSecretError)
+    assert "abc123" not in str(info.value)
+
+
+def test_bronze_rejects_both_trigger_limits(lakehouse: Lakehouse) -> None:
+    source = {**ORDERS["source"], "max_files_per_trigger": 5, "max_bytes_per_trigger": 1000}
+    lakehouse.add_table("bronze", "orders", {"source": source})
+    with pytest.raises(ConfigValidationError, match="at most one of max_files_per_trigger"):
+        lakehouse.project()
+
+
+@pytest.mark.parametrize(
+    "archive_dir",
+    ["landing/orders/archive", "landing/orders", "landing"],
+)
+def test_validate_rejects_an_archive_dir_overlapping_the_source(
+    lakehouse: Lakehouse, archive_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.add_table(
+        "bronze", "orders", {"source": {**ORDERS["source"], "archive_dir": archive_dir}}
+    )
+    code = main(["validate", "--conf", str(lakehouse.conf), "--env", "test"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "source.archive_dir" in err
+    assert "picked up again" in err or "does not contain the source" in err
+
+
+def test_validate_rejects_a_glob_source_matching_the_archive(lakehouse: Lakehouse) -> None:
+    source = {**ORDERS["source"], "path": "feeds/*/orders", "archive_dir": "feeds/archive/orders"}
+    lakehouse.add_table("bronze", "orders", {"source": source})
+    with pytest.raises(ConfigValidationError, match="inside it"):
+        lakehouse.project()
+
+
+def test_validate_accepts_the_sample_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--conf", str(REPO / "conf"), "--env", "local"]) == 0
+    assert "configuration valid" in capsys.readouterr().out
