@@ -8,7 +8,7 @@ Each micro-batch of Spark's file stream source is handled in ``foreachBatch``:
    ``<table>_quarantine`` (raw text, reason, source file, batch id). Both appends use Delta's
    idempotent writes (``txnAppId`` = the query's id, ``txnVersion`` = the batch id), so a batch
    replayed after a crash is written once;
-4. every file of the batch is MERGEd into the file ledger ``<table>_files``.
+4. every file of the batch is appended, the same way, to the file ledger ``<table>_files``.
 
 After the query stops, :meth:`BronzeJob.finish` reconciles the landing zone: files whose batch
 is committed in the checkpoint are archived (or deleted) and unreadable files moved to the
@@ -385,13 +385,8 @@ class BronzeJob(StreamingJob):
             rows.append((path, size, mtime, batch_id, n, n - quarantined, quarantined, status,
                          failed.get(path), path, now, now))
         if rows:
-            updates = spark.createDataFrame(rows, LEDGER_SCHEMA)
-            (
-                DeltaTable.forName(spark, self.ledger_table).alias("t")
-                .merge(updates.alias("s"), "t.path = s.path AND t.batch_id = s.batch_id")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            # The batch's ledger rows are deterministic: an idempotent append, like the data.
+            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
         return counts
 
     # ------------------------------------------------------------------ after the query

@@ -303,8 +303,7 @@ class StreamingJob(ABC):
         if query is None:
             return []
         run_id = str(query.runId)
-        last = (query.lastProgress or {}).get("batchId")
-        if not self.listener.wait_for(run_id, last, timeout=30):
+        if not self.listener.wait_for(run_id, timeout=30):
             self.log.warning("job.progress.incomplete", query_run_id=run_id)
         # One entry per executed batch: an idle trigger reports progress too (no addBatch).
         by_batch: dict[int, BatchProgress] = {}

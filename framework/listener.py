@@ -117,21 +117,21 @@ class ProgressListener(StreamingQueryListener):
         with self._cond:
             return list(self._progress.get(run_id, []))
 
-    def wait_for(self, run_id: str, batch_id: int | None, timeout: float = 30.0) -> bool:
-        """Wait until the run's progress for ``batch_id`` (and its end) has been delivered.
+    def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
+        """Wait until the run's termination has been delivered to this listener.
 
-        Listener events arrive asynchronously; a job calls this before it builds its summary.
+        Listener events arrive asynchronously but in order, so once the termination is here
+        every progress report of the run is too. (``lastProgress`` may name a batch that never
+        ran, an idle trigger, whose progress is never posted: do not wait for that one.)
         """
         deadline = time.monotonic() + timeout
         with self._cond:
-            while True:
-                seen = {p.batch_id for p in self._progress.get(run_id, [])}
-                if (batch_id is None or batch_id in seen) and run_id in self._terminated:
-                    return True
+            while run_id not in self._terminated:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._cond.wait(remaining)
+            return True
 
     def _log(self, name: str | None) -> Any:
         return self._loggers.get(name or "") or get_logger(query=name)

@@ -60,10 +60,71 @@ class Lakehouse:
     def cli_env(self) -> dict[str, str]:
         """Environment for a `medallion` subprocess using this lakehouse."""
         env = dict(os.environ)
-        env.update(MEDALLION_CONF=str(self.conf), MEDALLION_ENV=self.env_name,
-                   PYTHONUNBUFFERED="1")
+        env.update(
+            MEDALLION_CONF=str(self.conf),
+            MEDALLION_ENV=self.env_name,
+            PYTHONUNBUFFERED="1",
+            PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            PYTHONPATH=str(REPO),
+        )
         return env
 
 
 def medallion_cmd() -> list[str]:
     return [str(BIN / "medallion")]
+
+
+# ---------------------------------------------------------------------- landing files
+ORDER_SCHEMA = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAMP"
+
+
+def order(i: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "order_id": f"o{i:07d}",
+        "customer_id": f"c{i % 17}",
+        "quantity": i % 9 + 1,
+        "event_time": f"2026-11-01T{(i // 60) % 24:02d}:{i % 60:02d}:00Z",
+        **extra,
+    }
+
+
+def write_json_lines(path: Path, records: list[dict[str, Any]], extra_lines: list[str] = ()) -> Path:  # type: ignore[assignment]
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+        for line in extra_lines:
+            fh.write(line + "\n")
+    return path
+
+
+def write_order_files(folder: Path, files: int, per_file: int, start: int = 0,
+                      prefix: str = "part") -> list[str]:
+    """``files`` JSON Lines files of ``per_file`` orders each; returns the order ids."""
+    ids = []
+    for f in range(files):
+        records = [order(start + f * per_file + i) for i in range(per_file)]
+        write_json_lines(folder / f"{prefix}-{start + f:05d}.json", records)
+        ids += [r["order_id"] for r in records]
+    return ids
+
+
+def bronze_spec(**source: Any) -> dict[str, Any]:
+    return {
+        "description": "test orders",
+        "source": {
+            "path": "landing/orders",
+            "format": "json",
+            "schema": ORDER_SCHEMA,
+            "clean_source": "archive",
+            **source,
+        },
+    }
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []

@@ -1,0 +1,106 @@
+"""Logging: one structured event per micro-batch, bound context, secrets never logged."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from pyspark.sql import SparkSession
+from structlog.testing import capture_logs
+
+from bronze.job import BronzeJob
+from framework.config.model import Layer
+from framework.job import RunContext, RunStatus
+from framework.logging import LogFormat, configure_logging, get_logger, redact
+from framework.session import _env_conf
+from tests.support import Lakehouse, bronze_spec, write_order_files
+
+BATCH_FIELDS = {
+    "batch_id", "input_rows", "input_rows_per_second", "processed_rows_per_second",
+    "duration_ms", "watermark", "state_rows", "rows_dropped_by_watermark",
+}
+
+
+@pytest.fixture
+def restore_structlog() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+
+
+def test_one_event_per_micro_batch_with_bound_context(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    write_order_files(lakehouse.path("landing", "orders"), files=3, per_file=7)
+    table = lakehouse.project().table("orders", Layer.BRONZE)
+    ctx = RunContext()
+    with capture_logs() as logs:
+        summary = BronzeJob(spark, table, ctx).run()
+    assert summary.status is RunStatus.SUCCEEDED
+    batches = [e for e in logs if e["event"] == "stream.batch.progress"]
+    assert [e["batch_id"] for e in batches] == [0, 1, 2]
+    for event in batches:
+        assert BATCH_FIELDS <= event.keys()
+        assert event["input_rows"] == 7
+        assert event["layer"] == "bronze"
+        assert event["table"] == table.full_name
+        assert event["run_id"] == ctx.run_id
+    committed = [e for e in logs if e["event"] == "bronze.batch.committed"]
+    assert [e["bronze_rows"] for e in committed] == [7, 7, 7]
+    assert summary.batches == 3 and summary.rows_in == 21
+
+
+def test_a_canary_secret_appears_in_no_log_line(
+    spark: SparkSession,
+    lakehouse: Lakehouse,
+    monkeypatch: pytest.MonkeyPatch,
+    restore_structlog: None,
+) -> None:
+    canary = "canary-5e1f0a7d93"
+    monkeypatch.setenv("CANARY_SECRET", canary)
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", canary)
+    lakehouse.write_env(
+        spark_conf={
+            "spark.ui.enabled": "false",
+            "fs.azure.account.key.acct1.dfs.core.windows.net": "${CANARY_SECRET}",
+        },
+        storage={"account": "acct1", "auth": "service_principal", "tenant_id": "t",
+                 "client_id": "c", "client_secret": "${AZURE_CLIENT_SECRET}"},
+    )
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    write_order_files(lakehouse.path("landing", "orders"), files=1, per_file=3)
+
+    out = io.StringIO()
+    configure_logging(LogFormat.JSON, stream=out)
+    project = lakehouse.project()
+    resolved = _env_conf(project.env)  # resolving registers the value with the redactor
+    log = get_logger(env=project.env.name)
+    log.info("config.loaded", env=repr(project.env), spark_conf=resolved)
+    log.info("storage.auth", client_secret=canary, note=f"using {canary} for acct1")
+    log.error("storage.failed",
+              error=f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={canary};")
+    try:
+        raise RuntimeError(f"request with Bearer {canary} refused")
+    except RuntimeError:
+        log.exception("storage.exception")
+    summary = BronzeJob(spark, project.table("orders"), RunContext()).run()
+    assert summary.status is RunStatus.SUCCEEDED
+
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert len(lines) > 8 and all(json.loads(line) for line in lines)
+    assert canary not in text
+    assert "***" in text
+    assert any(json.loads(line)["event"] == "stream.batch.progress" for line in lines)
+
+
+def test_redaction_keeps_ordinary_fields() -> None:
+    event = {"keys": ["order_id"], "join_key": "store_id", "password": "p4ss", "rows": 3,
+             "nested": {"sas_token": "sv=1&sig=abc", "url": "https://x/y?sv=1&sig=abcdef"}}
+    assert redact(event) == {
+        "keys": ["order_id"], "join_key": "store_id", "password": "***", "rows": 3,
+        "nested": {"sas_token": "***", "url": "https://x/y?sv=1&sig=***"},
+    }
