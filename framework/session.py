@@ -84,7 +84,9 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         "spark.hadoop.javax.jdo.option.ConnectionURL": (
             f"jdbc:derby:;databaseName={os.path.join(root, 'metastore_db')};create=true"
         ),
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",
+        # -Xss: on stop(), Spark regex-matches the Python error text of an interrupted
+        # foreachBatch (SPARK-39218); a long traceback overflows the default thread stack.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root} -Xss16m",
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.session.timeZone": "UTC",

@@ -128,3 +128,58 @@ def bronze_spec(**source: Any) -> dict[str, Any]:
 
 def files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+class CliRun:
+    """A `medallion` subprocess whose JSON log events can be waited for."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        import queue
+        import subprocess
+        import threading
+
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lines: list[str] = []
+        self.all_events: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [*medallion_cmd(), *args, "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+            start_new_session=True,  # its own process group: the driver and its JVM
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        import json
+
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if line.startswith("{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                self.all_events.append(event)
+                self.events.put(event)
+
+    def wait_for(self, event: str, timeout: float = 240, **fields: Any) -> dict[str, Any]:
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                e = self.events.get(timeout=1)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.events.empty():
+                    break
+                continue
+            if e.get("event") == event and all(e.get(k) == v for k, v in fields.items()):
+                return e
+        raise AssertionError(f"no {event} {fields} event; last output:\n{''.join(self.lines[-30:])}")
+
+    def finish(self, timeout: float = 300) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self._reader.join(timeout=10)
+        return self.proc.returncode, out
