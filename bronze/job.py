@@ -2,13 +2,16 @@
 
 Each micro-batch of Spark's file stream source is handled in ``foreachBatch``:
 
-1. the batch is parsed once and cached; per-file counts are taken from the cache;
-2. unreadable files (empty, truncated compression, no parseable record) are found;
-3. good rows are appended to the bronze table, malformed rows and rows of unreadable files to
-   ``<table>_quarantine`` (raw text, reason, source file, batch id). Both appends use Delta's
-   idempotent writes (``txnAppId`` = the query's id, ``txnVersion`` = the batch id), so a batch
-   replayed after a crash is written once;
-4. every file of the batch is appended, the same way, to the file ledger ``<table>_files``.
+1. files that cannot be read whole (empty, broken compression, a bad parquet footer) are found
+   from the files themselves;
+2. good rows are appended to the bronze table in one pass that also counts (``observe``) the
+   records read and those to quarantine; only if there are any, malformed rows and rows of
+   unreadable files are appended to ``<table>_quarantine`` (raw text, reason, source file,
+   batch id). Appends use Delta's idempotent writes (``txnAppId`` = the query's id,
+   ``txnVersion`` = the batch id), so a batch replayed after a crash is written once;
+3. rows per file are read back from both tables, checked against the counts of step 2, and
+   appended, the same idempotent way, to the file ledger ``<table>_files``; a file none of
+   whose records parse is marked failed.
 
 After the query stops, :meth:`BronzeJob.finish` reconciles the landing zone: files whose batch
 is committed in the checkpoint are archived (or deleted) and unreadable files moved to the
@@ -21,13 +24,13 @@ from __future__ import annotations
 import gzip
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
 from pyspark.sql.types import (
@@ -190,6 +193,18 @@ def unreadable_reason(storage: Any, path: str, size: int, fmt: SourceFormat) -> 
     return None
 
 
+def _is_one_of(paths: Iterable[str]) -> Column:
+    """Whether the row's source file is one of ``paths``, however Spark spells its URI
+    (the file source's log says ``file:///x``, ``_metadata.file_path`` says ``file:/x``)."""
+    forms = set()
+    for p in paths:
+        forms.add(p)
+        if "://" not in p or p.startswith("file:"):
+            local = local_path(p)
+            forms.update({local, f"file:{local}", f"file://{local}"})
+    return F.col(SOURCE_FILE).isin(sorted(forms)) if forms else F.lit(False)
+
+
 class BronzeJob(StreamingJob):
     """Ingests one feed's landing files into its bronze Delta table."""
 
@@ -202,6 +217,13 @@ class BronzeJob(StreamingJob):
         self.storage = storage_for(self.landing)
         self.quarantine_table = self.table.qualified("quarantine")
         self.ledger_table = self.table.qualified("files")
+        # Appends and reads go by location: through the Hive metastore a small Delta append
+        # costs seconds more (table lookups and metadata sync), by path well under one.
+        self.locations = {
+            self.table.full_name: self.table.location,
+            self.quarantine_table: self.table.companion_location("quarantine"),
+            self.ledger_table: self.table.companion_location("files"),
+        }
         self.batches: list[BatchCounts] = []
         self._writer_id: str | None = None
         self._started = threading.Event()
@@ -221,13 +243,13 @@ class BronzeJob(StreamingJob):
         if self.spec.rescued_column:
             bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
         create_table(self.spark, self.table.full_name,
-                     StructType(bronze_fields + METADATA_FIELDS), self.table.location,
-                     comment=self.spec.description)
+                     StructType(bronze_fields + METADATA_FIELDS),
+                     self.locations[self.table.full_name], comment=self.spec.description)
         create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
-                     self.table.companion_location("quarantine"),
+                     self.locations[self.quarantine_table],
                      comment=f"Malformed records and rows of unreadable files of {self.table.name}")
         create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
-                     self.table.companion_location("files"),
+                     self.locations[self.ledger_table],
                      comment=f"One row per landing file of {self.table.name}, with its status")
 
     def read(self) -> DataFrame:
@@ -270,38 +292,45 @@ class BronzeJob(StreamingJob):
 
     # ------------------------------------------------------------------ one micro-batch
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Write one micro-batch: one pass over the data when nothing needs quarantining."""
         self._started.wait()
         log = self.log.bind(batch_id=batch_id)
         spark = batch.sparkSession
         files = {
             local_path(p): p for p in batch_source_files(self.table.checkpoint, batch_id)
         }
+        broken = self._broken_files(files)  # found from the files themselves, before writing
         df = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
             BATCH_ID, F.lit(batch_id).cast("long")
         )
-        df.persist()
-        try:
-            stats = {
-                local_path(r[SOURCE_FILE]): r
-                for r in df.groupBy(SOURCE_FILE, FILE_SIZE, FILE_MTIME)
-                .agg(F.count(F.lit(1)).alias("rows"),
-                     F.count(F.col(CORRUPT)).alias("bad"))
-                .collect()
-            }
-            failed = self._failed_files(files, stats)
-            failed_uris = [stats[p][SOURCE_FILE] for p in failed if p in stats]
-            in_failed = F.col(SOURCE_FILE).isin(failed_uris) if failed_uris else F.lit(False)
-            good = df.where(F.col(CORRUPT).isNull() & ~in_failed).drop(CORRUPT)
-            self._append(good, self.table.full_name, batch_id)
-            bad_rows = sum(r["bad"] for r in stats.values()) + sum(
-                stats[p]["rows"] - stats[p]["bad"] for p in failed if p in stats
+        in_broken = _is_one_of(broken)
+        to_quarantine = F.col(CORRUPT).isNotNull() | in_broken
+
+        observation = Observation(f"bronze_{self.table.name}_{batch_id}")
+        observed = df.observe(
+            observation,
+            F.count(F.lit(1)).alias("records"),
+            F.count_if(to_quarantine).alias("quarantined"),
+        )
+        good = observed.where(~to_quarantine).drop(CORRUPT)
+        if self._append(good, self.table.full_name, batch_id, check=True):
+            metrics = observation.get
+        else:  # a replayed batch whose bronze write had committed: count without writing
+            metrics = df.agg(
+                F.count(F.lit(1)).alias("records"),
+                F.count_if(to_quarantine).alias("quarantined"),
+            ).first().asDict()
+        if metrics["quarantined"]:
+            self._append(self._quarantine_rows(df, broken, files), self.quarantine_table,
+                         batch_id)
+        counts = self._record_files(spark, batch_id, files, broken, metrics["quarantined"] > 0)
+        if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
+            raise JobError(
+                self.table.full_name, f"batch {batch_id}",
+                f"expected the tables to hold the {metrics['records']} records read "
+                f"({metrics['quarantined']} quarantined), found {counts.good} in bronze and "
+                f"{counts.quarantined} in quarantine",
             )
-            if bad_rows:
-                self._append(self._quarantine_rows(df, failed, stats), self.quarantine_table,
-                             batch_id)
-            counts = self._record_files(spark, batch_id, files, stats, failed)
-        finally:
-            df.unpersist()
         self.batches.append(counts)
         log.info(
             "bronze.batch.committed",
@@ -312,82 +341,98 @@ class BronzeJob(StreamingJob):
             failed_files=counts.failed_files,
         )
 
-    def _failed_files(self, files: dict[str, str], stats: dict[str, Row]) -> dict[str, str]:
-        failed: dict[str, str] = {}
+    def _broken_files(self, files: dict[str, str]) -> dict[str, str]:
+        """Files that cannot be read whole (empty, broken compression, bad parquet footer)."""
+        broken: dict[str, str] = {}
         for path in files:
-            row = stats.get(path)
-            size = row[FILE_SIZE] if row is not None else self.storage.stat(path).size
+            size = self.storage.stat(path).size
             reason = unreadable_reason(self.storage, path, size, self.spec.source.format)
-            if reason is None and row is not None and row["rows"] and row["rows"] == row["bad"]:
-                reason = "no record could be parsed (wrong encoding or format?)"
-            if reason is None and row is None and self.spec.source.format is not SourceFormat.PARQUET:
-                reason = "no record could be read from the file"
             if reason:
-                failed[path] = reason
-        return failed
+                broken[path] = reason
+        return broken
 
     def _quarantine_rows(
-        self, df: DataFrame, failed: dict[str, str], stats: dict[str, Row]
+        self, df: DataFrame, broken: dict[str, str], files: dict[str, str]
     ) -> DataFrame:
-        raw = F.col(CORRUPT)
-        reason: Column = F.when(
-            F.col(CORRUPT).isNotNull(),
-            F.lit("malformed record: does not parse against the schema"),
-        )
-        for path, why in failed.items():
-            if path in stats:
-                reason = F.when(F.col(SOURCE_FILE) == stats[path][SOURCE_FILE],
-                                F.lit(f"unreadable file: {why}")).otherwise(reason)
-        data_cols = [c for c in df.columns if c not in {CORRUPT, *[f.name for f in QUARANTINE_SCHEMA]}]
-        raw_value = F.coalesce(raw, F.to_json(F.struct(*data_cols)))
-        failed_uris = [stats[p][SOURCE_FILE] for p in failed if p in stats]
-        in_failed = F.col(SOURCE_FILE).isin(failed_uris) if failed_uris else F.lit(False)
-        return df.where(F.col(CORRUPT).isNotNull() | in_failed).select(
-            raw_value.alias(RAW),
+        reason: Column = F.lit("malformed record: does not parse against the schema")
+        for path, why in broken.items():
+            reason = F.when(_is_one_of([path]), F.lit(f"unreadable file: {why}")).otherwise(reason)
+        in_broken = _is_one_of(broken)
+        meta = {f.name for f in QUARANTINE_SCHEMA}
+        data_cols = [c for c in df.columns if c not in meta and c != CORRUPT]
+        raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*data_cols)))
+        return df.where(F.col(CORRUPT).isNotNull() | in_broken).select(
+            raw.alias(RAW),
             reason.alias(REASON),
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
-    def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
+    def _append(self, df: DataFrame, table: str, batch_id: int, check: bool = False) -> bool:
+        """Append idempotently. With ``check``: False when Delta skipped the append as
+        already written (a replayed batch), found from the tag of the newest commit."""
         assert self._writer_id is not None
+        tag = f"{self._writer_id}:{batch_id}"
         (
             df.write.format("delta")
             .mode("append")
             .option("txnAppId", self._writer_id)
             .option("txnVersion", batch_id)
-            .saveAsTable(table)
+            .option("userMetadata", tag)
+            .save(self.locations[table])
         )
+        if not check:
+            return True
+        # The newest commit carries our tag only if this append was executed now.
+        last = DeltaTable.forPath(self.spark, self.locations[table]).history(1).first()
+        return last is not None and last["userMetadata"] == tag
 
     def _record_files(
         self,
         spark: Any,
         batch_id: int,
         files: dict[str, str],
-        stats: dict[str, Row],
-        failed: dict[str, str],
+        broken: dict[str, str],
+        any_quarantined: bool,
     ) -> BatchCounts:
+        """Count each file's rows in bronze and quarantine, and append the ledger rows."""
+        good = self._rows_per_file(self.table.full_name, batch_id, files)
+        bad = (self._rows_per_file(self.quarantine_table, batch_id, files)
+               if any_quarantined else {})
         now = datetime.now(UTC).replace(tzinfo=None)
-        counts = BatchCounts(files=len(files), failed_files=len(failed))
+        counts = BatchCounts(files=len(files))
         rows = []
         for path in files:
-            st = stats.get(path)
-            if st is not None:
-                size, mtime, n, bad = st[FILE_SIZE], st[FILE_MTIME], st["rows"], st["bad"]
-            else:
-                info = self.storage.stat(path)
-                size, n, bad = info.size, 0, 0
-                mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
-            quarantined = n if path in failed else bad
-            counts.records += n
-            counts.quarantined += quarantined
-            counts.good += n - quarantined
-            status = FileStatus.FAILED if path in failed else FileStatus.INGESTED
-            rows.append((path, size, mtime, batch_id, n, n - quarantined, quarantined, status,
-                         failed.get(path), path, now, now))
+            info = self.storage.stat(path)
+            n_good, n_bad = good.get(path, 0), bad.get(path, 0)
+            reason = broken.get(path)
+            if reason is None and n_bad and not n_good:
+                reason = "no record could be parsed (wrong encoding or format?)"
+            if (reason is None and not n_good and not n_bad
+                    and self.spec.source.format is not SourceFormat.PARQUET):
+                reason = "no record could be read from the file"
+            counts.records += n_good + n_bad
+            counts.good += n_good
+            counts.quarantined += n_bad
+            counts.failed_files += reason is not None
+            status = FileStatus.FAILED if reason else FileStatus.INGESTED
+            mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
+            rows.append((path, info.size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status,
+                         reason, path, now, now))
         if rows:
             # The batch's ledger rows are deterministic: an idempotent append, like the data.
             self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
         return counts
+
+    def _rows_per_file(self, table: str, batch_id: int, files: Iterable[str]) -> dict[str, int]:
+        """Rows of this batch per source file (by local path), read back from what was written."""
+        rows = (
+            self.spark.read.format("delta").load(self.locations[table])
+            .where((F.col(BATCH_ID) == batch_id) & _is_one_of(files))
+            .groupBy(SOURCE_FILE)
+            .count()
+            .collect()
+        )
+        return {local_path(r[SOURCE_FILE]): int(r["count"]) for r in rows}
 
     # ------------------------------------------------------------------ after the query
     def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
@@ -424,7 +469,7 @@ class BronzeJob(StreamingJob):
         reconcile) is recognised at its target and only its ledger status is brought up to date.
         """
         committed = last_committed_batch(self.table.checkpoint)
-        ledger = DeltaTable.forName(self.spark, self.ledger_table)
+        ledger = DeltaTable.forPath(self.spark, self.locations[self.ledger_table])
         pending = (
             ledger.toDF()
             .where(F.col("status").isin(FileStatus.INGESTED, FileStatus.FAILED))

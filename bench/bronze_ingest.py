@@ -1,0 +1,169 @@
+"""Bronze ingest throughput: the framework against a minimal hand-written query.
+
+Both read the same JSON Lines files (default: 1,000,000 records in 200 files) with the same
+schema into Delta with an availableNow trigger, in one Spark session, alternated after a warm-up
+of each. Every run gets a fresh copy of the landing files and its own table and checkpoint.
+The framework's run is the whole bronze job: parsing with a corrupt-record column, the rescued
+column, ingestion metadata, the quarantine split, the file ledger and archiving the files.
+
+    python bench/bronze_ingest.py [--records 1000000] [--files 200] [--rounds 3]
+
+The last line printed is one JSON object with the figures and "ratio" (framework / hand-written
+rows per second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml  # noqa: E402
+
+from bronze.job import BronzeJob  # noqa: E402
+from framework.config.loader import load_project  # noqa: E402
+from framework.job import RunContext, RunStatus  # noqa: E402
+from framework.session import get_spark  # noqa: E402
+
+SCHEMA = (
+    "order_id STRING, customer_id STRING, store_id STRING, event_time TIMESTAMP, "
+    "quantity INT, unit_price DECIMAL(10,2), status STRING"
+)
+
+
+def generate(folder: Path, records: int, files: int) -> None:
+    """JSON Lines order events, written once and reused while the sizes match."""
+    stamp = folder / f".complete-{records}-{files}"
+    if stamp.exists():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    per_file = records // files
+    statuses = ("new", "paid", "shipped", "cancelled")
+    n = 0
+    for f in range(files):
+        lines = []
+        for _ in range(per_file if f < files - 1 else records - per_file * (files - 1)):
+            lines.append(json.dumps({
+                "order_id": f"o{n:09d}",
+                "customer_id": f"c{n % 50_000:06d}",
+                "store_id": f"s{n % 300:04d}",
+                "event_time": f"2026-11-{1 + n % 28:02d}T{n % 24:02d}:{n % 60:02d}:{n % 59:02d}Z",
+                "quantity": 1 + n % 7,
+                "unit_price": f"{(n % 10_000) / 100:.2f}",
+                "status": statuses[n % 4],
+            }))
+            n += 1
+        (folder / f"orders-{f:05d}.json").write_text("\n".join(lines) + "\n")
+    stamp.touch()
+
+
+def copy_landing(source: Path, target: Path) -> None:
+    target.mkdir(parents=True)
+    for p in source.glob("*.json"):
+        shutil.copyfile(p, target / p.name)
+
+
+def run_handwritten(spark, landing: Path, out: Path) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("json").schema(SCHEMA).load(str(landing))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(out / "_checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(out / "table"))
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def run_framework(spark, conf: Path, name: str) -> tuple[float, dict[str, int]]:  # type: ignore[no-untyped-def]
+    project = load_project(conf, "bench")
+    table = project.table(name)
+    started = time.perf_counter()
+    summary = BronzeJob(spark, table, RunContext()).run()
+    elapsed = time.perf_counter() - started
+    if summary.status is not RunStatus.SUCCEEDED:
+        raise SystemExit(f"framework run failed: {summary.error}")
+    return elapsed, summary.counts | {"rows_out": summary.rows_out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--data", default=".bench/bronze_ingest", help="cached input files")
+    args = parser.parse_args()
+
+    data = Path(args.data).resolve() / "input"
+    generate(data, args.records, args.files)
+    work = Path(tempfile.mkdtemp(prefix="bench-bronze-"))
+    conf = work / "conf"
+    (conf / "environments").mkdir(parents=True)
+    env = {"runtime": "local", "root": str(work / "lakehouse"), "master": "local[*]",
+           "shuffle_partitions": 4, "spark_conf": {"spark.ui.enabled": "false",
+                                                   "spark.driver.memory": "6g"}}
+    (conf / "environments" / "bench.yaml").write_text(yaml.safe_dump(env))
+    spark = get_spark(load_project(conf, "bench").env, "bench-bronze-ingest")
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def framework_round(tag: str) -> tuple[float, dict[str, int]]:
+        name = f"orders_{tag}"
+        spec = {"source": {"path": f"landing/{name}", "format": "json", "schema": SCHEMA,
+                           "clean_source": "archive"}}
+        (conf / "tables" / "bronze").mkdir(parents=True, exist_ok=True)
+        (conf / "tables" / "bronze" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        copy_landing(data, work / "lakehouse" / "landing" / name)
+        result = run_framework(spark, conf, name)
+        (conf / "tables" / "bronze" / f"{name}.yaml").unlink()
+        return result
+
+    def handwritten_round(tag: str) -> float:
+        landing = work / "hand" / tag / "landing"
+        copy_landing(data, landing)
+        return run_handwritten(spark, landing, work / "hand" / tag)
+
+    print(f"input: {args.records} records in {args.files} files ({data})", flush=True)
+    framework_round("warmup")
+    handwritten_round("warmup")
+    fw_times: list[float] = []
+    hw_times: list[float] = []
+    counts: dict[str, int] = {}
+    for r in range(args.rounds):
+        elapsed, counts = framework_round(f"r{r}")
+        fw_times.append(elapsed)
+        hw_times.append(handwritten_round(f"r{r}"))
+        print(f"round {r}: framework {args.records / fw_times[-1]:,.0f} rows/s "
+              f"({fw_times[-1]:.1f}s), hand-written {args.records / hw_times[-1]:,.0f} rows/s "
+              f"({hw_times[-1]:.1f}s)", flush=True)
+    if counts.get("rows_out") != args.records:
+        raise SystemExit(f"expected {args.records} bronze rows, found {counts}")
+    fw = args.records / statistics.median(fw_times)
+    hw = args.records / statistics.median(hw_times)
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({
+        "benchmark": "bronze_ingest",
+        "records": args.records,
+        "files": args.files,
+        "rounds": args.rounds,
+        "cores": os.cpu_count(),
+        "framework_rows_per_s": round(fw),
+        "handwritten_rows_per_s": round(hw),
+        "framework_seconds": [round(t, 2) for t in fw_times],
+        "handwritten_seconds": [round(t, 2) for t in hw_times],
+        "ratio": round(fw / hw, 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()
