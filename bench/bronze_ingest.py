@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml  # noqa: E402
+import yaml
 
-from bronze.job import BronzeJob  # noqa: E402
-from framework.config.loader import load_project  # noqa: E402
-from framework.job import RunContext, RunStatus  # noqa: E402
-from framework.session import get_spark  # noqa: E402
+from bronze.job import BronzeJob
+from framework.config.loader import load_project
+from framework.job import RunContext, RunStatus
+from framework.session import get_spark
 
 SCHEMA = (
     "order_id STRING, customer_id STRING, store_id STRING, event_time TIMESTAMP, "

@@ -316,10 +316,12 @@ class BronzeJob(StreamingJob):
         if self._append(good, self.table.full_name, batch_id, check=True):
             metrics = observation.get
         else:  # a replayed batch whose bronze write had committed: count without writing
-            metrics = df.agg(
+            row = df.agg(
                 F.count(F.lit(1)).alias("records"),
                 F.count_if(to_quarantine).alias("quarantined"),
-            ).first().asDict()
+            ).first()
+            assert row is not None  # an aggregate without grouping returns one row
+            metrics = row.asDict()
         if metrics["quarantined"]:
             self._append(self._quarantine_rows(df, broken, files), self.quarantine_table,
                          batch_id)
@@ -454,6 +456,7 @@ class BronzeJob(StreamingJob):
                            f"records read ({records}) != bronze ({good}) + quarantined "
                            f"({quarantined})")
         return {
+            "rows_in": records,
             "rows_out": good,
             "records_read": records,
             "quarantined_rows": quarantined,
@@ -480,7 +483,7 @@ class BronzeJob(StreamingJob):
         mode = self.spec.source.clean_source
         archive_dir = self.spec.archive_dir(self.table)
         quarantine_dir = self.spec.quarantine_dir(self.table)
-        updates = []
+        updates: list[tuple[Any, ...]] = []
         counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0}
         for row in pending:
             path = row["path"]
@@ -523,6 +526,8 @@ class BronzeJob(StreamingJob):
     def _parse_schema(self, ddl: str) -> StructType:
         try:
             schema = StructType.fromDDL(ddl)
+            if not isinstance(schema, StructType):
+                raise ValueError(f"a DDL of columns, not a single type ({schema.simpleString()})")
         except Exception as exc:
             raise ConfigError(
                 f"expected a DDL schema such as 'id BIGINT, name STRING', found {ddl!r}: "

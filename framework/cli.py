@@ -18,6 +18,7 @@ from framework.config.loader import load_project
 from framework.config.model import Layer, ProjectConfig
 from framework.errors import ConfigValidationError, MedallionError
 from framework.logging import LogFormat, configure_logging, get_logger
+from framework.text import render_table
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
@@ -32,7 +33,9 @@ def _common() -> argparse.ArgumentParser:
         default=LogFormat.AUTO.value,
         help="auto: readable on a terminal, JSON otherwise",
     )
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     return common
 
 
@@ -51,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common], help="run a layer's tables",
                        description="Run the streaming jobs of a layer (or 'all' layers in order).")
-    p.add_argument("layer", choices=[*(l.value for l in Layer), "all"])
+    p.add_argument("layer", choices=[*(layer.value for layer in Layer), "all"])
     which = p.add_mutually_exclusive_group()
     which.add_argument("--table", action="append", default=[], metavar="T",
                        help="a table to run (repeatable); default: all tables of the layer")
@@ -72,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.set_defaults(handler=cmd_sql)
+
+    p = sub.add_parser("demo", parents=[common], help="generate a sample feed and run it",
+                       description="Generate a small, dirty retail feed in the local lakehouse "
+                       "and run every configured layer on it, then print the summary.")
+    p.add_argument("--fresh", action="store_true", help="delete the lakehouse root first")
+    p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
+    p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("infer-schema", parents=[common],
                        help="infer a bronze feed's schema once and write it into its spec",
@@ -142,6 +152,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from framework import demo
+    from framework.config.model import Runtime
+
+    project = _project(args)
+    if project.env.runtime not in (Runtime.LOCAL, Runtime.AUTO) or "://" in project.env.root:
+        print(f"the demo runs on a local environment, found {project.env.name!r} "
+              f"({project.env.root})", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.fresh:
+        demo.reset(project)
+    written = demo.generate(project)
+    print(f"lakehouse: {project.env.root} ({written} landing files generated)")
+    args.layer, args.table, args.continuous = "all", [], False
+    code = cmd_run(args)
+    if code == EXIT_OK:
+        spark = _spark(project, "medallion-demo")
+        orders = project.table("orders")
+        print("\nquarantined records (first 5):")
+        rows = spark.sql(
+            f"SELECT _reason, substr(_raw, 1, 50) AS raw FROM {orders.qualified('quarantine')} "
+            "LIMIT 5").collect()
+        _print_table(["reason", "raw"], [list(r) for r in rows])
+    return code
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from framework.status import table_status
 
@@ -181,18 +217,8 @@ def cmd_infer_schema(args: argparse.Namespace) -> int:
 
 
 def _print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[_cell(v) for v in r] for r in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
-    fmt = " | ".join("{:<%d}" % w for w in widths)
-    print(fmt.format(*header))
-    print("-+-".join("-" * w for w in widths))
-    for r in cells:
-        print(fmt.format(*r))
+    print(render_table(header, rows))
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-
-
-def _cell(value: Any) -> str:
-    return "NULL" if value is None else str(value)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from framework.config.model import Layer, Table
 from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
+from framework.text import render_table
 
 T = TypeVar("T")
 
@@ -173,12 +174,8 @@ class RunSummary:
             )
             for t in self.tables
         ]
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        line = "  ".join("{:<%d}" % w for w in widths)
-        out = [f"run {self.run_id} ({self.env}): {self.status.value} in {self.duration_s:.1f}s"]
-        out += [line.format(*head), line.format(*("-" * w for w in widths))]
-        out += [line.format(*r) for r in rows]
-        return "\n".join(out)
+        title = f"run {self.run_id} ({self.env}): {self.status.value} in {self.duration_s:.1f}s"
+        return title + "\n" + render_table(head, rows, sep="  ")
 
 
 class StreamingJob(ABC):
@@ -227,6 +224,9 @@ class StreamingJob(ABC):
                 summary.status, summary.error = RunStatus.FAILED, str(exc)
                 self.log.error("job.failed", step="finish", error=str(exc))
         summary.rows_out = summary.counts.pop("rows_out", 0)
+        # Spark counts a source's rows once per action on the batch; a job that reads the
+        # batch more than once reports its own figure.
+        summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
         summary.duration_s = time.monotonic() - started
         self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
                                          if k not in ("table", "layer")})
@@ -250,7 +250,8 @@ class StreamingJob(ABC):
         """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
 
     def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
-        """After the query: reconcile and count. ``rows_out`` goes to the summary's column."""
+        """After the query: reconcile and count. ``rows_in`` and ``rows_out``, if present, go
+        to the summary's columns; the rest is shown as counts."""
         return {}
 
     # ------------------------------------------------------------------ machinery
@@ -270,7 +271,7 @@ class StreamingJob(ABC):
         self.on_started(query)
         return query
 
-    def on_started(self, query: StreamingQuery) -> None:
+    def on_started(self, query: StreamingQuery) -> None:  # noqa: B027 (an optional hook)
         """Called once the query has started (its id is known); nothing by default."""
 
     def _await(self, query: StreamingQuery) -> RunStatus:
@@ -279,7 +280,7 @@ class StreamingJob(ABC):
                 self._stop_at_batch_boundary(query)
                 return RunStatus.STOPPED
             try:
-                if query.awaitTermination(0.25):
+                if query.awaitTermination(0.25):  # type: ignore[arg-type] # seconds, float ok
                     return RunStatus.SUCCEEDED
             except StreamingQueryException as exc:
                 raise QueryFailedError(self.table.full_name, "stream", _first_line(exc)) from exc
@@ -287,17 +288,17 @@ class StreamingJob(ABC):
     def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
         """Let the batch in flight commit, then stop; a batch started after it is cancelled
         before it commits and re-runs from its logged offsets on the next start."""
-        last = (query.lastProgress or {}).get("batchId", -1)
+        last = _last_batch(query)
         deadline = time.monotonic() + self.ctx.stop_grace_seconds
         while query.isActive and time.monotonic() < deadline:
             if not query.status.get("isTriggerActive", False):
                 break
-            if (query.lastProgress or {}).get("batchId", -1) > last:
+            if _last_batch(query) > last:
                 break
             time.sleep(0.05)
         query.stop()
         self.log.info("job.stopped", reason=self.ctx.stop.reason,
-                      last_batch=(query.lastProgress or {}).get("batchId"))
+                      last_batch=_last_batch(query))
 
     def _collect(self, query: StreamingQuery | None) -> list[BatchProgress]:
         if query is None:
@@ -311,6 +312,12 @@ class StreamingJob(ABC):
             if "addBatch" in p.duration_ms or p.input_rows:
                 by_batch.setdefault(p.batch_id, p)
         return [by_batch[b] for b in sorted(by_batch)]
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    """The id of the query's last reported batch, -1 before any."""
+    progress: Any = query.lastProgress
+    return int(progress["batchId"]) if progress else -1
 
 
 def _first_line(exc: BaseException) -> str:

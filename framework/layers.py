@@ -40,7 +40,7 @@ def _entry(layer: Layer) -> LayerEntry:
     try:
         return REGISTRY[layer]
     except KeyError:
-        valid = ", ".join(sorted(l.value for l in REGISTRY))
+        valid = ", ".join(sorted(layer.value for layer in REGISTRY))
         raise ConfigError(
             f"expected a layer with an implementation ({valid}), found {layer.value!r}"
         ) from None
@@ -59,4 +59,4 @@ def job_class(layer: Layer) -> type[StreamingJob]:
 
 
 def available() -> tuple[Layer, ...]:
-    return tuple(l for l in Layer if l in REGISTRY)
+    return tuple(layer for layer in Layer if layer in REGISTRY)

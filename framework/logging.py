@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import MutableMapping
 from enum import StrEnum
-from typing import IO, Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -63,7 +63,7 @@ def redact_processor(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     """structlog processor: runs after exceptions are rendered, so tracebacks are masked too."""
-    return redact(event_dict)  # type: ignore[no-any-return]
+    return redact(event_dict)
 
 
 class LogFormat(StrEnum):
@@ -75,7 +75,7 @@ class LogFormat(StrEnum):
 
 
 def configure_logging(
-    fmt: LogFormat | str = LogFormat.AUTO, level: str = "info", stream: IO[str] | None = None
+    fmt: LogFormat | str = LogFormat.AUTO, level: str = "info", stream: TextIO | None = None
 ) -> None:
     """Configure structlog for the process: JSON for jobs, readable output for a person."""
     out = stream if stream is not None else sys.stderr

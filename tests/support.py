@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,9 @@ def order(i: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-def write_json_lines(path: Path, records: list[dict[str, Any]], extra_lines: list[str] = ()) -> Path:  # type: ignore[assignment]
+def write_json_lines(
+    path: Path, records: list[dict[str, Any]], extra_lines: Sequence[str] = ()
+) -> Path:
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +180,8 @@ class CliRun:
                 continue
             if e.get("event") == event and all(e.get(k) == v for k, v in fields.items()):
                 return e
-        raise AssertionError(f"no {event} {fields} event; last output:\n{''.join(self.lines[-30:])}")
+        tail = "".join(self.lines[-30:])
+        raise AssertionError(f"no {event} {fields} event; last output:\n{tail}")
 
     def finish(self, timeout: float = 300) -> tuple[int, str]:
         out, _ = self.proc.communicate(timeout=timeout)

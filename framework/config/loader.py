@@ -89,7 +89,7 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
         try:
             layer = Layer(layer_dir.name)
         except ValueError:
-            valid = ", ".join(l.value for l in Layer)
+            valid = ", ".join(layer.value for layer in Layer)
             errors.append(ConfigError(f"expected a layer folder ({valid}), "
                                       f"found {layer_dir.name!r}", file=str(layer_dir)))
             continue
@@ -197,11 +197,11 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 def _step(annotation: Any, part: Any) -> Any:
     for candidate in _members(annotation):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            if isinstance(part, str):
-                for name, field in candidate.model_fields.items():
-                    if part in (name, field.alias):
-                        return field.annotation
+        is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        if is_model and isinstance(part, str):
+            for name, field in candidate.model_fields.items():
+                if part in (name, field.alias):
+                    return field.annotation
         origin = typing.get_origin(candidate)
         if origin in (dict, list, tuple):
             args = typing.get_args(candidate)

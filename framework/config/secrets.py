@@ -138,7 +138,7 @@ def _databricks_secret(scope: str, key: str) -> str:
     from framework.errors import SessionError
 
     try:
-        from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
+        from pyspark.dbutils import DBUtils
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise SessionError(
