@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import cast
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from bronze.spec import BronzeTableSpec
+from bronze.spec import BronzeTableSpec, SourceFormat
 from framework.config.model import Table
 from framework.errors import ConfigError, MedallionError
 
@@ -23,19 +23,19 @@ def infer_schema(spark: SparkSession, table: Table, sample_files: int = 50) -> s
     """DDL for the records of up to ``sample_files`` landing files."""
     spec = cast(BronzeTableSpec, table.spec)
     landing = spec.landing(table)
-    reader = spark.read.format(spec.source.format.value).options(**spec.source.options)
-    if spec.source.format.value == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
-    reader = reader.option("recursiveFileLookup", spec.source.recursive_file_lookup)
+    options = {"recursiveFileLookup": str(spec.source.recursive_file_lookup).lower()}
+    if spec.source.format is SourceFormat.CSV:
+        options |= {"header": "true", "inferSchema": "true"}
+    options |= spec.source.options
+
+    def reader(paths: str | list[str]) -> DataFrame:
+        return spark.read.format(spec.source.format.value).options(**options).load(paths)
+
     try:
-        df = reader.load(landing)
-        files = df.inputFiles()[:sample_files]
+        files = reader(landing).inputFiles()[:sample_files]
         if not files:
             raise MedallionError(f"expected files to infer from in {landing}, found none")
-        sample = spark.read.format(spec.source.format.value).options(**spec.source.options)
-        if spec.source.format.value == "csv":
-            sample = sample.option("header", "true").option("inferSchema", "true")
-        schema = sample.load(files).schema
+        schema = reader(files).schema
     except MedallionError:
         raise
     except Exception as exc:

@@ -227,3 +227,26 @@ def test_parquet_feed(spark: SparkSession, lakehouse: Lakehouse) -> None:
               for r in spark.table(table.qualified("files")).collect()}
     assert ledger["broken.parquet"] == "quarantined"
     assert summary.counts["failed_files"] == 1
+
+
+def test_a_schema_is_inferred_once_into_the_spec_never_at_run_time(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    from bronze.schema import infer_schema, write_schema
+
+    spec = bronze_spec()
+    del spec["source"]["schema"]
+    spec_file = lakehouse.add_table("bronze", "orders", spec)
+    spec_file.write_text("# orders feed\n" + spec_file.read_text())
+    write_order_files(lakehouse.path("landing", "orders"), files=2, per_file=3)
+
+    table = lakehouse.project().table("orders")
+    failed = BronzeJob(spark, table, RunContext()).run()
+    assert failed.status is RunStatus.FAILED
+    assert "medallion infer-schema orders" in (failed.error or "")
+
+    write_schema(table, infer_schema(spark, table))
+    assert spec_file.read_text().startswith("# orders feed\n")  # comments kept
+    inferred = lakehouse.project().table("orders").spec.source.schema_  # type: ignore[attr-defined]
+    assert "`order_id` STRING" in inferred and "`quantity` BIGINT" in inferred
+    assert run_bronze(spark, lakehouse).rows_out == 6
