@@ -37,6 +37,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def restore_structlog() -> Iterator[None]:
+    """Commands configure logging for the process; put structlog back after each test."""
+    yield
+    import structlog
+
+    structlog.reset_defaults()
+
+
 @pytest.fixture
 def lakehouse(tmp_path: Path) -> Lakehouse:
     return Lakehouse(tmp_path)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from pyspark.sql import SparkSession
 from structlog.testing import capture_logs
 
@@ -22,12 +20,6 @@ BATCH_FIELDS = {
     "batch_id", "input_rows", "input_rows_per_second", "processed_rows_per_second",
     "duration_ms", "watermark", "state_rows", "rows_dropped_by_watermark",
 }
-
-
-@pytest.fixture
-def restore_structlog() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
 
 
 def test_one_event_per_micro_batch_with_bound_context(
