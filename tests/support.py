@@ -184,6 +184,10 @@ class CliRun:
         raise AssertionError(f"no {event} {fields} event; last output:\n{tail}")
 
     def finish(self, timeout: float = 300) -> tuple[int, str]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        self._reader.join(timeout=10)
+        """Wait for the exit; stdout is read here, stderr only by the reader thread (with
+        communicate() both would read it and events could go missing)."""
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=30)
         return self.proc.returncode, out
