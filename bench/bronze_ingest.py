@@ -2,9 +2,10 @@
 
 Both read the same JSON Lines files (default: 1,000,000 records in 200 files) with the same
 schema into Delta with an availableNow trigger, in one Spark session, alternated after a warm-up
-of each. Every run gets a fresh copy of the landing files and its own table and checkpoint.
-The framework's run is the whole bronze job: parsing with a corrupt-record column, the rescued
-column, ingestion metadata, the quarantine split, the file ledger and archiving the files.
+of each. Each side keeps its table and checkpoint from round to round, as a feed does from run
+to run, and every round lands a new copy of the files (new names) for both. The framework's run
+is the whole bronze job: parsing with a corrupt-record column, the rescued column, ingestion
+metadata, the quarantine split, the file ledger and archiving the files.
 
     python bench/bronze_ingest.py [--records 1000000] [--files 200] [--rounds 3]
 
@@ -66,10 +67,10 @@ def generate(folder: Path, records: int, files: int) -> None:
     stamp.touch()
 
 
-def copy_landing(source: Path, target: Path) -> None:
-    target.mkdir(parents=True)
+def copy_landing(source: Path, target: Path, tag: str) -> None:
+    target.mkdir(parents=True, exist_ok=True)
     for p in source.glob("*.json"):
-        shutil.copyfile(p, target / p.name)
+        shutil.copyfile(p, target / f"{tag}-{p.name}")
 
 
 def run_handwritten(spark, landing: Path, out: Path) -> float:  # type: ignore[no-untyped-def]
@@ -116,21 +117,18 @@ def main() -> None:
     spark = get_spark(load_project(conf, "bench").env, "bench-bronze-ingest")
     spark.sparkContext.setLogLevel("ERROR")
 
+    spec = {"source": {"path": "landing/orders", "format": "json", "schema": SCHEMA,
+                       "clean_source": "archive"}}
+    (conf / "tables" / "bronze").mkdir(parents=True, exist_ok=True)
+    (conf / "tables" / "bronze" / "orders.yaml").write_text(yaml.safe_dump(spec))
+
     def framework_round(tag: str) -> tuple[float, dict[str, int]]:
-        name = f"orders_{tag}"
-        spec = {"source": {"path": f"landing/{name}", "format": "json", "schema": SCHEMA,
-                           "clean_source": "archive"}}
-        (conf / "tables" / "bronze").mkdir(parents=True, exist_ok=True)
-        (conf / "tables" / "bronze" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
-        copy_landing(data, work / "lakehouse" / "landing" / name)
-        result = run_framework(spark, conf, name)
-        (conf / "tables" / "bronze" / f"{name}.yaml").unlink()
-        return result
+        copy_landing(data, work / "lakehouse" / "landing" / "orders", tag)
+        return run_framework(spark, conf, "orders")
 
     def handwritten_round(tag: str) -> float:
-        landing = work / "hand" / tag / "landing"
-        copy_landing(data, landing)
-        return run_handwritten(spark, landing, work / "hand" / tag)
+        copy_landing(data, work / "hand" / "landing", tag)
+        return run_handwritten(spark, work / "hand" / "landing", work / "hand")
 
     print(f"input: {args.records} records in {args.files} files ({data})", flush=True)
     framework_round("warmup")

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
 )
 
 from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
-from framework.checkpoint import batch_source_files, last_committed_batch
+from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
 from framework.config.model import Layer
 from framework.delta import create_table
 from framework.errors import ConfigError, JobError
@@ -225,6 +225,9 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.batches: list[BatchCounts] = []
+        # Batches that may have run, wholly or in part, before a restart: planned in the
+        # checkpoint but not committed. Only these can find their writes already done.
+        self._replayable: range = range(0)
         self._writer_id: str | None = None
         self._started = threading.Event()
 
@@ -242,15 +245,22 @@ class BronzeJob(StreamingJob):
         bronze_fields = list(self.schema.fields)
         if self.spec.rescued_column:
             bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
+        # Statistics only on the ingestion columns: bronze is read by streams and by batch id,
+        # and collecting min/max of every data column costs a share of the write.
         create_table(self.spark, self.table.full_name,
                      StructType(bronze_fields + METADATA_FIELDS),
-                     self.locations[self.table.full_name], comment=self.spec.description)
+                     self.locations[self.table.full_name], comment=self.spec.description,
+                     properties={"delta.dataSkippingStatsColumns":
+                                 f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}"})
         create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                      self.locations[self.quarantine_table],
                      comment=f"Malformed records and rows of unreadable files of {self.table.name}")
         create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
                      self.locations[self.ledger_table],
                      comment=f"One row per landing file of {self.table.name}, with its status")
+        checkpoint = self.table.checkpoint
+        self._replayable = range(last_committed_batch(checkpoint) + 1,
+                                 last_planned_batch(checkpoint) + 1)
 
     def read(self) -> DataFrame:
         src = self.spec.source
@@ -313,7 +323,8 @@ class BronzeJob(StreamingJob):
             F.count_if(to_quarantine).alias("quarantined"),
         )
         good = observed.where(~to_quarantine).drop(CORRUPT)
-        if self._append(good, self.table.full_name, batch_id, check=True):
+        if self._append(good, self.table.full_name, batch_id,
+                        check=batch_id in self._replayable):
             metrics = observation.get
         else:  # a replayed batch whose bronze write had committed: count without writing
             row = df.agg(
@@ -369,19 +380,19 @@ class BronzeJob(StreamingJob):
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
-    def _append(self, df: DataFrame, table: str, batch_id: int, check: bool = False) -> bool:
-        """Append idempotently. With ``check``: False when Delta skipped the append as
-        already written (a replayed batch), found from the tag of the newest commit."""
+    def _append(
+        self, df: DataFrame, table: str, batch_id: int, check: bool = False,
+        idempotent: bool = True,
+    ) -> bool:
+        """Append, idempotently unless told otherwise. With ``check``: False when Delta
+        skipped the append as already written (a replayed batch), found from the tag of the
+        newest commit."""
         assert self._writer_id is not None
         tag = f"{self._writer_id}:{batch_id}"
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", self._writer_id)
-            .option("txnVersion", batch_id)
-            .option("userMetadata", tag)
-            .save(self.locations[table])
-        )
+        writer = df.write.format("delta").mode("append").option("userMetadata", tag)
+        if idempotent:
+            writer = writer.option("txnAppId", self._writer_id).option("txnVersion", batch_id)
+        writer.save(self.locations[table])
         if not check:
             return True
         # The newest commit carries our tag only if this append was executed now.
@@ -420,10 +431,16 @@ class BronzeJob(StreamingJob):
             mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
             rows.append((path, info.size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status,
                          reason, path, now, now))
-        if rows:
-            # The batch's ledger rows are deterministic: an idempotent append, like the data.
-            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
+        # Only a replayed batch can find its ledger rows written already, so only then is the
+        # ledger read; a plain append avoids the cost of an idempotent one on every batch.
+        if rows and not (batch_id in self._replayable and self._ledger_has(batch_id)):
+            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id,
+                         idempotent=False)
         return counts
+
+    def _ledger_has(self, batch_id: int) -> bool:
+        ledger = self.spark.read.format("delta").load(self.locations[self.ledger_table])
+        return bool(ledger.where(F.col("batch_id") == batch_id).limit(1).count())
 
     def _rows_per_file(self, table: str, batch_id: int, files: Iterable[str]) -> dict[str, int]:
         """Rows of this batch per source file (by local path), read back from what was written."""

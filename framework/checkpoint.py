@@ -13,13 +13,25 @@ def last_committed_batch(checkpoint: str) -> int:
     A batch id is in ``commits/`` only once its sink write succeeded; batches are committed in
     order, so every id up to this one is committed too.
     """
-    commits = checkpoint.rstrip("/") + "/commits"
-    store = storage_for(commits)
-    if not store.exists(commits):
+    return _last_logged(checkpoint.rstrip("/") + "/commits")
+
+
+def last_planned_batch(checkpoint: str) -> int:
+    """The highest batch id in the checkpoint's offset log, or -1 when none was planned.
+
+    A batch is planned (its offsets written) before it runs. A planned batch that is not
+    committed ran, wholly or in part, before the query stopped: the next start runs it again.
+    """
+    return _last_logged(checkpoint.rstrip("/") + "/offsets")
+
+
+def _last_logged(folder: str) -> int:
+    store = storage_for(folder)
+    if not store.exists(folder):
         return -1
     ids = [
         int(name)
-        for f in store.list_files(commits)
+        for f in store.list_files(folder)
         if (name := f.path.rsplit("/", 1)[-1]).isdigit()
     ]
     return max(ids, default=-1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -21,16 +21,25 @@ def create_table(
     *,
     partition_by: Sequence[str] = (),
     comment: str = "",
-) -> None:
-    """Create a Delta catalog table at ``location`` unless it exists (idempotent).
+    properties: Mapping[str, str] | None = None,
+) -> bool:
+    """Create a Delta catalog table at ``location`` unless it exists (idempotent); True when
+    it was created now.
 
     ``name`` is a validated ``catalog.schema.table``; SQL is used because Delta's builder API
-    does not take catalog-qualified names.
+    does not take catalog-qualified names. The catalog is asked first: ``CREATE TABLE IF NOT
+    EXISTS`` on an existing Delta table still loads its log, which costs far more.
     """
+    if spark.catalog.tableExists(name):
+        return False
     parts = [f"CREATE TABLE IF NOT EXISTS {name} ({schema.toDDL()}) USING DELTA"]
     if partition_by:
         parts.append(f"PARTITIONED BY ({', '.join(partition_by)})")
     if comment:
         parts.append(f"COMMENT {sql_string(comment)}")
     parts.append(f"LOCATION {sql_string(location)}")
+    if properties:
+        props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+        parts.append(f"TBLPROPERTIES ({props})")
     spark.sql(" ".join(parts))
+    return True

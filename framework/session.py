@@ -92,6 +92,9 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        # Delta rebuilds a table's state (needed by every idempotent write) with this many
+        # tasks; its default of 50 makes each small commit cost seconds on a few cores.
+        "spark.databricks.delta.snapshotPartitions": str(env.shuffle_partitions),
     }
     settings.update(_env_conf(env))
     settings.update(conf)
