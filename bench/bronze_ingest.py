@@ -21,18 +21,15 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml
-
+from bench.common import BenchLakehouse
 from bronze.job import BronzeJob
 from framework.config.loader import load_project
 from framework.job import RunContext, RunStatus
-from framework.session import get_spark
 
 SCHEMA = (
     "order_id STRING, customer_id STRING, store_id STRING, event_time TIMESTAMP, "
@@ -107,20 +104,10 @@ def main() -> None:
 
     data = Path(args.data).resolve() / "input"
     generate(data, args.records, args.files)
-    work = Path(tempfile.mkdtemp(prefix="bench-bronze-"))
-    conf = work / "conf"
-    (conf / "environments").mkdir(parents=True)
-    env = {"runtime": "local", "root": str(work / "lakehouse"), "master": "local[*]",
-           "shuffle_partitions": 4, "spark_conf": {"spark.ui.enabled": "false",
-                                                   "spark.driver.memory": "6g"}}
-    (conf / "environments" / "bench.yaml").write_text(yaml.safe_dump(env))
-    spark = get_spark(load_project(conf, "bench").env, "bench-bronze-ingest")
-    spark.sparkContext.setLogLevel("ERROR")
-
-    spec = {"source": {"path": "landing/orders", "format": "json", "schema": SCHEMA,
-                       "clean_source": "archive"}}
-    (conf / "tables" / "bronze").mkdir(parents=True, exist_ok=True)
-    (conf / "tables" / "bronze" / "orders.yaml").write_text(yaml.safe_dump(spec))
+    lake = BenchLakehouse("bronze")
+    work, conf, spark = lake.work, lake.conf, lake.spark
+    lake.write("tables/bronze/orders.yaml", {"source": {
+        "path": "landing/orders", "format": "json", "schema": SCHEMA, "clean_source": "archive"}})
 
     def framework_round(tag: str) -> tuple[float, dict[str, int]]:
         copy_landing(data, work / "lakehouse" / "landing" / "orders", tag)

@@ -16,7 +16,7 @@ from typing import Any
 from framework import __version__
 from framework.config.loader import load_project
 from framework.config.model import Layer, ProjectConfig
-from framework.errors import ConfigValidationError, MedallionError
+from framework.errors import ConfigError, ConfigValidationError, MedallionError, TableNotFoundError
 from framework.logging import LogFormat, configure_logging, get_logger
 from framework.text import render_table
 
@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true", help="delete the lakehouse root first")
     p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
     p.set_defaults(handler=cmd_demo)
+
+    p = sub.add_parser("optimize", parents=[common], help="compact and lay out a Delta table",
+                       description="OPTIMIZE a configured Delta table: a clustered table "
+                       "(cluster_by) is laid out by its clustering columns; with --zorder a "
+                       "table that is not clustered is Z-ordered by those columns.")
+    p.add_argument("table")
+    p.add_argument("--zorder", nargs="+", default=[], metavar="COLUMN")
+    p.set_defaults(handler=cmd_optimize)
 
     p = sub.add_parser("infer-schema", parents=[common],
                        help="infer a bronze feed's schema once and write it into its spec",
@@ -169,7 +177,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code = cmd_run(args)
     if code == EXIT_OK:
         spark = _spark(project, "medallion-demo")
-        orders = project.table("orders")
+        orders = project.table("orders", Layer.BRONZE)
         print("\nquarantined records (first 5):")
         rows = spark.sql(
             f"SELECT _reason, substr(_raw, 1, 50) AS raw FROM {orders.qualified('quarantine')} "
@@ -201,6 +209,23 @@ def cmd_sql(args: argparse.Namespace) -> int:
             print(json.dumps(r.asDict(recursive=True), default=str))
     else:
         _print_table(df.columns, [list(r) for r in rows])
+    return EXIT_OK
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from framework.delta import optimize
+
+    project = _project(args)
+    table = project.table(args.table)
+    spark = _spark(project, "medallion-optimize")
+    if not spark.catalog.tableExists(table.full_name):
+        raise TableNotFoundError(f"expected table {table.full_name} to exist, found none "
+                                 "(run its layer first)")
+    if getattr(table.spec, "format", "delta") != "delta":
+        raise ConfigError(f"expected a Delta table, found {table.full_name} stored as "
+                          f"{table.spec.format}", file=table.source_file, key="format")  # type: ignore[attr-defined]
+    result = optimize(spark, table.full_name, zorder_by=args.zorder)
+    print(f"{table.full_name}: optimized " + " ".join(f"{k}={v}" for k, v in result.items()))
     return EXIT_OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -20,6 +21,7 @@ def create_table(
     location: str,
     *,
     partition_by: Sequence[str] = (),
+    cluster_by: Sequence[str] = (),
     comment: str = "",
     properties: Mapping[str, str] | None = None,
 ) -> bool:
@@ -35,6 +37,8 @@ def create_table(
     parts = [f"CREATE TABLE IF NOT EXISTS {name} ({schema.toDDL()}) USING DELTA"]
     if partition_by:
         parts.append(f"PARTITIONED BY ({', '.join(partition_by)})")
+    if cluster_by:  # liquid clustering: OPTIMIZE lays the data out by these columns
+        parts.append(f"CLUSTER BY ({', '.join(cluster_by)})")
     if comment:
         parts.append(f"COMMENT {sql_string(comment)}")
     parts.append(f"LOCATION {sql_string(location)}")
@@ -43,3 +47,18 @@ def create_table(
         parts.append(f"TBLPROPERTIES ({props})")
     spark.sql(" ".join(parts))
     return True
+
+
+def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> dict[str, Any]:
+    """Compact a Delta table; a clustered table is laid out by its clustering columns, and
+    ``zorder_by`` Z-orders a table that is not clustered (older Delta versions). Returns the
+    operation's metrics (files added and removed)."""
+    detail = spark.sql(f"DESCRIBE DETAIL {name}").first()
+    clustered = bool(detail and detail.asDict().get("clusteringColumns"))
+    statement = f"OPTIMIZE {name}"
+    if zorder_by and not clustered:
+        statement += f" ZORDER BY ({', '.join(zorder_by)})"
+    row = spark.sql(statement).first()
+    metrics = row["metrics"].asDict() if row is not None else {}
+    return {k: metrics[k] for k in ("numFilesAdded", "numFilesRemoved") if k in metrics} | {
+        "clustered": clustered}

@@ -192,6 +192,9 @@ class StreamingJob(ABC):
             env=table.env.name, layer=self.layer.value, table=table.full_name, run_id=ctx.run_id
         )
         self.listener = ProgressListener.install(spark)
+        # Why a micro-batch failed, in words, when the job knows better than the stack trace
+        # Spark wraps around it (a broken expectation, say).
+        self.batch_error: str | None = None
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
@@ -283,7 +286,8 @@ class StreamingJob(ABC):
                 if query.awaitTermination(0.25):  # type: ignore[arg-type] # seconds, float ok
                     return RunStatus.SUCCEEDED
             except StreamingQueryException as exc:
-                raise QueryFailedError(self.table.full_name, "stream", _first_line(exc)) from exc
+                reason = self.batch_error or _first_line(exc)
+                raise QueryFailedError(self.table.full_name, "stream", reason) from exc
 
     def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
         """Let the batch in flight commit, then stop; a batch started after it is cancelled

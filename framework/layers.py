@@ -28,6 +28,7 @@ class LayerEntry:
 
 REGISTRY: dict[Layer, LayerEntry] = {
     Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob"),
+    Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob"),
 }
 
 

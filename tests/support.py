@@ -191,3 +191,22 @@ class CliRun:
         self.proc.wait(timeout=timeout)
         self._reader.join(timeout=30)
         return self.proc.returncode, out
+
+
+# ---------------------------------------------------------------------- upstream Delta tables
+BRONZE_ROW_SCHEMA = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAMP, " \
+                    "_batch_id BIGINT"
+
+
+def write_delta_commits(spark: Any, location: str, commits: Sequence[Sequence[tuple[Any, ...]]],
+                        schema: str = BRONZE_ROW_SCHEMA) -> None:
+    """One Delta commit (one file) per element of ``commits``, as an upstream table receives
+    them, so a reader with maxFilesPerTrigger=1 sees one micro-batch per commit."""
+    for rows in commits:
+        spark.createDataFrame(list(rows), schema).coalesce(1).write.format("delta") \
+            .mode("append").save(location)
+
+
+def silver_spec(**spec: Any) -> dict[str, Any]:
+    return {"description": "test silver orders",
+            "source": {"table": "orders", "max_files_per_trigger": 1}, **spec}

@@ -110,7 +110,15 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
     if environment is not None:
         tables = [Table(spec, layer, environment, file) for layer, spec, file in specs]
         errors += _duplicates(tables)
+        configured_tables = {f"{t.layer.value}.{t.name}" for t in tables}
         for table in tables:
+            for up_layer, up_name in table.spec.upstream():
+                if f"{up_layer.value}.{up_name}" not in configured_tables:
+                    configured = ", ".join(sorted(configured_tables))
+                    errors.append(ConfigError(
+                        f"expected the source table {up_layer.value}.{up_name} to be configured "
+                        f"(known: {configured or 'none'}), found none",
+                        file=table.source_file, key="source"))
             for problem in table.spec.check(table):
                 problem.file = problem.file or table.source_file
                 errors.append(problem)

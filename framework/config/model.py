@@ -147,6 +147,10 @@ class TableSpec(Model):
         """A folder whose files wait for this table (bronze's landing zone); None by default."""
         return None
 
+    def upstream(self) -> list[tuple[Layer, str]]:
+        """The configured tables this one reads (layer, short name); none by default."""
+        return []
+
 
 @dataclass(frozen=True)
 class Table:

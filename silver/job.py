@@ -1,0 +1,324 @@
+"""Silver: a typed, checked, deduplicated copy of an upstream table.
+
+The streaming part of the query reads the upstream Delta table, selects, renames and casts
+columns (``try_cast``: a value that does not fit is not an error but a quarantined row, named
+``cast:<column>``), applies custom transforms, and deduplicates with
+``withWatermark(event_time, delay).dropDuplicatesWithinWatermark(keys)``.
+
+Dedup semantics, plainly: a row is dropped when a row with the same keys was seen and its event
+time is within ``delay`` of the newest event time seen so far. The state keeps a key until the
+watermark (newest event time minus ``delay``) passes the key's event time plus ``delay``, so it
+holds about two delays' worth of keys and stops growing. A duplicate arriving after its key left
+the state passes through (it is not a duplicate any more, as far as silver knows), and a row
+whose event time is already behind the watermark when it arrives is dropped as late (counted,
+from the state operator's metrics).
+
+Each micro-batch is then written in ``foreachBatch``: expectations are evaluated (``fail``
+raises inside the batch's own computation, so no table of the batch commits), broken rows are
+counted per rule, dropped or quarantined, and the good rows are appended (idempotently:
+``txnAppId``/``txnVersion``), merged by key (upsert), or written into the batch's partition of
+a Hive-bucketed parquet table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, ClassVar, cast
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Observation, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from framework.checkpoint import last_committed_batch, last_planned_batch
+from framework.config.model import Layer
+from framework.delta import create_table, sql_string
+from framework.errors import JobError
+from framework.job import StreamingJob
+from framework.listener import BatchProgress
+from silver.spec import Action, SilverTableSpec, TableFormat, WriteMode, load_transform
+
+CAST_ERRORS = "_cast_errors"
+USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
+BATCH_ID = "_batch_id"
+QUARANTINE_SCHEMA = StructType([
+    StructField("_row", StringType()),
+    StructField("_failed_rules", ArrayType(StringType())),
+    StructField(BATCH_ID, LongType()),
+    StructField("_quarantined_at", TimestampType()),
+])
+
+
+class SilverJob(StreamingJob):
+    """Refines one upstream table into a silver table."""
+
+    layer: ClassVar[Layer] = Layer.SILVER
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = cast(SilverTableSpec, self.table.spec)
+        src = self.spec.source
+        self.source_location = self.table.env.path("tables", src.layer.value, src.table)
+        self.quarantine_table = self.table.qualified("quarantine")
+        self.quarantine_location = self.table.companion_location("quarantine")
+        self.totals: Counter[str] = Counter()
+        self.rule_totals: Counter[str] = Counter()
+        self._replayable: range = range(0)
+        self._writer_id: str | None = None
+        self._typed = any(c.type for c in self.spec.columns)
+        self.state_rows_by_batch: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ steps
+    def prepare(self) -> None:
+        super().prepare()
+        checkpoint = self.table.checkpoint
+        self._replayable = range(last_committed_batch(checkpoint) + 1,
+                                 last_planned_batch(checkpoint) + 1)
+
+    def read(self) -> DataFrame:
+        src = self.spec.source
+        if not DeltaTable.isDeltaTable(self.spark, self.source_location):
+            raise JobError(
+                self.table.full_name, "read",
+                f"expected the source table {src.layer.value}.{src.table} at "
+                f"{self.source_location}, found no Delta table there (run its layer first)",
+            )
+        reader = self.spark.readStream.format("delta")
+        if src.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", src.max_files_per_trigger)
+        if src.max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", src.max_bytes_per_trigger)
+        return reader.load(self.source_location)
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        df = self._columns(df)
+        for path in self.spec.transforms:
+            result = load_transform(path)(df)
+            if not isinstance(result, DataFrame):
+                raise JobError(self.table.full_name, "transform",
+                               f"expected {path} to return a DataFrame, found "
+                               f"{type(result).__name__}")
+            df = result
+        if self.spec.dedup:
+            assert self.spec.event_time is not None  # checked with the config
+            df = df.withWatermark(self.spec.event_time, self.spec.dedup.delay)
+            df = df.dropDuplicatesWithinWatermark(self.spec.dedup.keys)
+        return df
+
+    def write(self, df: DataFrame) -> DataStreamWriter:
+        self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
+        return df.writeStream.foreachBatch(self._process_batch)
+
+    def on_started(self, query: StreamingQuery) -> None:
+        self._writer_id = str(query.id)
+
+    # ------------------------------------------------------------------ columns and tables
+    def _columns(self, df: DataFrame) -> DataFrame:
+        """The spec's columns (all data columns of the source when none are listed), with the
+        names of columns whose value did not fit its type in ``_cast_errors``."""
+        if not self.spec.columns:
+            return df.select(*[c for c in df.columns if not c.startswith("_")])
+        selected: list[Column] = []
+        failures: list[Column] = []
+        for c in self.spec.columns:
+            base = F.expr(c.expr) if c.expr else F.col(c.from_ or c.name)
+            if c.type:
+                typed = base.try_cast(c.type)
+                failures.append(F.when(base.isNotNull() & typed.isNull(), F.lit(f"cast:{c.name}")))
+                base = typed
+            selected.append(base.alias(c.name))
+        if self._typed:
+            errors = F.filter(F.array(*failures), lambda x: x.isNotNull())
+            selected.append(errors.alias(CAST_ERRORS))
+        return df.select(*selected)
+
+    def _create_tables(self, schema: StructType) -> None:
+        spec = self.table.spec
+        if self.spec.format is TableFormat.PARQUET:
+            self._create_bucketed(schema)
+        else:
+            create_table(self.spark, self.table.full_name, schema, self.table.location,
+                         partition_by=self.spec.partition_by, cluster_by=self.spec.cluster_by,
+                         comment=spec.description)
+        if self._quarantines:
+            create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
+                         self.quarantine_location,
+                         comment=f"Rows of {self.table.name} that broke a quarantine rule")
+
+    def _create_bucketed(self, schema: StructType) -> None:
+        if self.spark.catalog.tableExists(self.table.full_name):
+            return
+        parts = [
+            f"CREATE TABLE IF NOT EXISTS {self.table.full_name} ({schema.toDDL()}, "
+            f"{BATCH_ID} BIGINT) USING parquet PARTITIONED BY ({BATCH_ID})",
+            f"CLUSTERED BY ({', '.join(self.spec.bucket_by)})",
+        ]
+        if self.spec.sort_by:
+            parts.append(f"SORTED BY ({', '.join(self.spec.sort_by)})")
+        parts.append(f"INTO {self.spec.buckets} BUCKETS")
+        parts.append(f"LOCATION {sql_string(self.table.location)}")
+        if self.spec.description:
+            parts.append(f"COMMENT {sql_string(self.spec.description)}")
+        self.spark.sql(" ".join(parts))
+
+    @property
+    def _quarantines(self) -> bool:
+        return self._typed or any(e.action is Action.QUARANTINE for e in self.spec.expectations)
+
+    # ------------------------------------------------------------------ one micro-batch
+    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._write_batch(batch, batch_id)
+        except Exception as exc:
+            raised = USER_RAISED.search(str(exc))
+            if raised:
+                self.batch_error = f"{raised.group(1)} (nothing of batch {batch_id} was written)"
+                self.log.error("silver.expectation.failed", batch_id=batch_id,
+                               error=self.batch_error)
+            raise
+
+    def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        log = self.log.bind(batch_id=batch_id)
+        rules = self.spec.expectations
+        broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in rules}
+        df = batch
+        for e in rules:
+            if e.action is Action.FAIL:
+                message = F.lit(f"expectation {e.name!r} failed in batch {batch_id}: {e.rule}")
+                df = df.where(F.when(broken[e.name], F.raise_error(message)).otherwise(True))
+        names: list[Column] = [F.when(broken[e.name], F.lit(e.name)) for e in rules
+                               if e.action is not Action.FAIL]
+        failed = F.filter(F.array(*names), lambda x: x.isNotNull()) if names else \
+            F.array().cast("array<string>")
+        if self._typed:
+            failed = F.concat(F.col(CAST_ERRORS), failed)
+        quarantine: Column = F.lit(False)
+        for e in rules:
+            if e.action is Action.QUARANTINE:
+                quarantine = quarantine | broken[e.name]
+        if self._typed:
+            quarantine = quarantine | (F.size(CAST_ERRORS) > 0)
+        drop: Column = F.lit(False)
+        for e in rules:
+            if e.action is Action.DROP:
+                drop = drop | broken[e.name]
+        drop = ~quarantine & drop  # a row to quarantine is kept there, never only dropped
+        aggs = [
+            F.count(F.lit(1)).alias("records"),
+            F.count_if(quarantine).alias("quarantined"),
+            F.count_if(drop).alias("dropped"),
+            *[F.count_if(broken[e.name]).alias(f"rule:{e.name}") for e in rules
+              if e.action is not Action.FAIL],
+        ]
+        if self._typed:
+            for c in self.spec.columns:
+                if c.type:
+                    aggs.append(F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
+                                .alias(f"rule:cast:{c.name}"))
+        good_cols = [c for c in batch.columns if c != CAST_ERRORS]
+
+        # One pass when nothing else is written and the batch cannot be a replay; otherwise
+        # the batch is cached so its (stateful) computation runs once for all writes.
+        cached = self._quarantines or batch_id in self._replayable or \
+            self.spec.mode is WriteMode.UPSERT
+        if cached:
+            df = df.persist()
+        try:
+            if cached:
+                row = df.agg(*aggs).first()  # a 'fail' rule raises here, before any write
+                assert row is not None
+                metrics = row.asDict()
+                self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id)
+                if metrics["quarantined"]:
+                    data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
+                    rows = df.where(quarantine).select(
+                        data.alias("_row"), failed.alias("_failed_rules"),
+                        F.lit(batch_id).cast("long").alias(BATCH_ID),
+                        F.current_timestamp().alias("_quarantined_at"),
+                    )
+                    self._append(rows, self.quarantine_location, batch_id)
+            else:
+                observation = Observation(f"silver_{self.table.name}_{batch_id}")
+                observed = df.observe(observation, *aggs)
+                self._write_good(observed.where(~drop).select(*good_cols), batch_id)
+                metrics = observation.get
+        finally:
+            if cached:
+                df.unpersist()
+
+        written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
+        rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
+                       if k.startswith("rule:")}
+        self.totals.update(records=metrics["records"], written=written,
+                           quarantined=metrics["quarantined"], dropped=metrics["dropped"])
+        self.rule_totals.update(rule_counts)
+        event = log.warning if any(rule_counts.values()) else log.info
+        event("silver.batch.committed", records=metrics["records"], rows_written=written,
+              dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
+              broken_rules=rule_counts)
+
+    def _write_good(self, df: DataFrame, batch_id: int) -> None:
+        if self.spec.format is TableFormat.PARQUET:
+            # The batch's own partition, overwritten: a replayed batch replaces its rows.
+            view = f"_silver_batch_{self.table.name}"
+            df.createOrReplaceTempView(view)
+            columns = ", ".join(df.columns)
+            df.sparkSession.sql(
+                f"INSERT OVERWRITE TABLE {self.table.full_name} "
+                f"PARTITION ({BATCH_ID} = {int(batch_id)}) SELECT {columns} FROM {view}")
+            df.sparkSession.catalog.dropTempView(view)
+        elif self.spec.mode is WriteMode.UPSERT:
+            self._merge(df)
+        else:
+            self._append(df, self.table.location, batch_id)
+
+    def _append(self, df: DataFrame, location: str, batch_id: int) -> None:
+        assert self._writer_id is not None
+        (df.write.format("delta").mode("append")
+         .option("txnAppId", self._writer_id).option("txnVersion", batch_id)
+         .save(location))
+
+    def _merge(self, df: DataFrame) -> None:
+        """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
+        sees two source rows for one target row, and an older row never overwrites a newer."""
+        upsert = self.spec.upsert
+        assert upsert is not None
+        keys, seq = upsert.keys, upsert.sequence_by
+        latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
+        source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
+            .drop("_rank")
+        on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
+        (DeltaTable.forPath(self.spark, self.table.location).alias("t")
+         .merge(source.alias("s"), on)
+         .whenMatchedUpdateAll(condition=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
+         .whenNotMatchedInsertAll()
+         .execute())
+
+    # ------------------------------------------------------------------ after the query
+    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+        rows_in = sum(p.input_rows for p in progress)
+        late = sum(p.rows_dropped_by_watermark for p in progress)
+        records = self.totals["records"]
+        self.state_rows_by_batch = {p.batch_id: p.state_rows for p in progress}
+        duplicates = rows_in - late - records if self.spec.dedup else 0
+        counts = {
+            "rows_in": rows_in,
+            "rows_out": self.totals["written"],
+            "duplicates_dropped": duplicates,
+            "late_rows_dropped": late,
+            "dropped_rows": self.totals["dropped"],
+            "quarantined_rows": self.totals["quarantined"],
+            "state_rows": progress[-1].state_rows if progress else 0,
+            **{f"rule:{k}": v for k, v in sorted(self.rule_totals.items())},
+        }
+        self.log.info("silver.run.counted", **counts)
+        return counts

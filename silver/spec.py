@@ -1,0 +1,224 @@
+"""The silver table spec: how a bronze (or silver) table is typed, checked, deduplicated and laid
+out.
+
+A complete example (``conf/tables/silver/orders.yaml``)::
+
+    description: Orders, typed and deduplicated.
+    source: orders                      # bronze.orders; or {table: customers, layer: silver}
+    columns:                            # omitted: every column of the source but _metadata
+      - {name: order_id}
+      - {name: customer_id}
+      - {name: event_time}
+      - {name: quantity, type: int}     # a value that does not fit is quarantined
+      - {name: amount, expr: "quantity * unit_price", type: "decimal(12,2)"}
+      - {name: order_date, expr: "to_date(event_time)"}
+    transforms: ["my_package.orders:normalise_status"]   # DataFrame -> DataFrame
+    event_time: event_time
+    expectations:
+      - {name: positive_quantity, rule: "quantity > 0", action: quarantine}
+      - {name: known_customer, rule: "customer_id IS NOT NULL", action: drop}
+      - {name: sane_time, rule: "event_time >= '2000-01-01'", action: fail}
+    dedup: {keys: [order_id], delay: "1 hour"}
+    partition_by: [order_date]          # or cluster_by: [customer_id]
+
+Expectation semantics: a rule holds when it evaluates to TRUE; FALSE and NULL break it (write
+``coalesce(rule, true)`` to let NULL pass).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from framework.config.model import Layer, Table, TableSpec
+from framework.config.types import Identifier, Model
+from framework.errors import ConfigError
+
+INTERVAL = re.compile(
+    r"^\s*\d+\s+(second|minute|hour|day|week)s?(\s+\d+\s+(second|minute|hour|day|week)s?)*\s*$",
+    re.IGNORECASE,
+)
+
+
+class Action(StrEnum):
+    """What happens to a row that breaks an expectation."""
+
+    WARN = "warn"  # kept, counted
+    DROP = "drop"  # removed, counted
+    QUARANTINE = "quarantine"  # moved to <table>_quarantine with the rules it broke
+    FAIL = "fail"  # the query stops before the batch commits
+
+
+class WriteMode(StrEnum):
+    APPEND = "append"
+    UPSERT = "upsert"  # MERGE by key, the latest event wins
+
+
+class TableFormat(StrEnum):
+    DELTA = "delta"
+    PARQUET = "parquet"  # only for Hive-bucketed tables (bucket_by)
+
+
+class Expectation(Model):
+    """A named data-quality rule: a SQL boolean expression and what to do when it breaks."""
+
+    name: Identifier
+    rule: str = Field(min_length=1)
+    action: Action = Action.WARN
+
+
+class ColumnSpec(Model):
+    """One output column: a source column (``from``, default the same name) or a SQL
+    expression, optionally cast to ``type``."""
+
+    name: Identifier
+    from_: Identifier | None = Field(default=None, alias="from")
+    expr: str | None = None
+    type: str | None = None
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> ColumnSpec:
+        if self.from_ and self.expr:
+            raise ValueError("expected either 'from' or 'expr', found both")
+        return self
+
+
+class Dedup(Model):
+    """Drop rows whose keys were seen within ``delay`` of event time."""
+
+    keys: list[Identifier] = Field(min_length=1)
+    delay: str
+
+    @field_validator("delay")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not INTERVAL.match(value):
+            raise ValueError(f"expected an interval such as '10 minutes' or '1 hour', found "
+                             f"{value!r}")
+        return value
+
+
+class Upsert(Model):
+    """MERGE by ``keys``; of two rows with one key, the greater ``sequence_by`` wins."""
+
+    keys: list[Identifier] = Field(min_length=1)
+    sequence_by: Identifier
+
+
+class SilverSource(Model):
+    """The upstream table (by short name) and how much of it one micro-batch takes."""
+
+    table: Identifier
+    layer: Layer = Layer.BRONZE
+    max_files_per_trigger: PositiveInt | None = None
+    max_bytes_per_trigger: str | None = None
+
+
+class SilverTableSpec(TableSpec):
+    """A silver table: typed, checked and deduplicated rows of an upstream table."""
+
+    layer: ClassVar[Layer] = Layer.SILVER
+
+    source: SilverSource
+    columns: list[ColumnSpec] = Field(default_factory=list)
+    transforms: list[str] = Field(default_factory=list)
+    event_time: Identifier | None = None
+    expectations: list[Expectation] = Field(default_factory=list)
+    dedup: Dedup | None = None
+    mode: WriteMode = WriteMode.APPEND
+    upsert: Upsert | None = None
+    format: TableFormat = TableFormat.DELTA
+    partition_by: list[Identifier] = Field(default_factory=list)
+    cluster_by: list[Identifier] = Field(default_factory=list)
+    bucket_by: list[Identifier] = Field(default_factory=list)
+    buckets: PositiveInt | None = None
+    sort_by: list[Identifier] = Field(default_factory=list)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _short_source(cls, value: Any) -> Any:
+        return {"table": value} if isinstance(value, str) else value
+
+    @field_validator("transforms")
+    @classmethod
+    def _import_paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", path):
+                raise ValueError(f"expected an import path 'package.module:function', found "
+                                 f"{path!r}")
+        return value
+
+    def upstream(self) -> list[tuple[Layer, str]]:
+        return [(self.source.layer, self.source.table)]
+
+    def check(self, table: Table) -> list[ConfigError]:
+        problems: list[ConfigError] = []
+
+        def problem(key: str, message: str) -> None:
+            problems.append(ConfigError(message, key=key))
+
+        if self.bucket_by and self.format is TableFormat.DELTA:
+            problem("bucket_by",
+                    "expected no bucket_by on a Delta table (Delta rejects bucketing), found "
+                    f"{self.bucket_by}; use cluster_by for data skipping on these columns, or "
+                    "format: parquet for a Hive-bucketed table with shuffle-free joins")
+        if self.format is TableFormat.PARQUET:
+            if not self.bucket_by:
+                problem("format", "expected bucket_by with format: parquet (parquet is only "
+                        "for bucketed tables; other silver tables are Delta), found none")
+            for key, value in (("cluster_by", self.cluster_by), ("partition_by",
+                                                                 self.partition_by)):
+                if value:
+                    problem(key, f"expected no {key} on a bucketed parquet table, found {value}")
+            if self.mode is WriteMode.UPSERT:
+                problem("mode", "expected mode append on a parquet table (upserts need Delta), "
+                        "found upsert")
+        if self.bucket_by and not self.buckets:
+            problem("buckets", "expected the number of buckets with bucket_by, found none")
+        if self.partition_by and self.cluster_by:
+            problem("cluster_by", "expected either partition_by or cluster_by (Delta does not "
+                    "combine them), found both")
+        if self.mode is WriteMode.UPSERT and self.upsert is None:
+            problem("upsert", "expected upsert: {keys: [...], sequence_by: column} with mode "
+                    "upsert, found none")
+        if self.dedup and not self.event_time:
+            problem("event_time", "expected event_time with dedup (the watermark needs it), "
+                    "found none")
+        names = [e.name for e in self.expectations]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            problem("expectations", f"expected unique expectation names, found {dup!r} twice")
+        if self.columns:
+            out = {c.name for c in self.columns}
+            for key, cols in (("partition_by", self.partition_by), ("cluster_by",
+                              self.cluster_by), ("bucket_by", self.bucket_by),
+                              ("sort_by", self.sort_by),
+                              ("event_time", [self.event_time] if self.event_time else []),
+                              ("dedup.keys", self.dedup.keys if self.dedup else [])):
+                missing = [c for c in cols if c not in out] if not self.transforms else []
+                if missing:
+                    problem(key, f"expected columns among the output columns "
+                            f"({', '.join(sorted(out))}), found {', '.join(missing)}")
+        for i, path in enumerate(self.transforms):
+            reason = _import_problem(path)
+            if reason:
+                problem(f"transforms[{i}]", reason)
+        return problems
+
+
+def load_transform(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _import_problem(path: str) -> str | None:
+    try:
+        fn = load_transform(path)
+    except (ImportError, AttributeError) as exc:
+        return f"expected an importable function at {path!r}, found: {exc}"
+    if not callable(fn):
+        return f"expected a function (DataFrame -> DataFrame) at {path!r}, found {type(fn)}"
+    return None
