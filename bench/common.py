@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from framework.config.loader import load_project
 from framework.config.model import ProjectConfig
+from framework.logging import LogFormat, configure_logging
 from framework.session import get_spark
 
 
@@ -21,6 +22,7 @@ class BenchLakehouse:
     """A temporary conf/ folder (environment ``bench``) and lakehouse root."""
 
     def __init__(self, name: str, shuffle_partitions: int = 4, **spark_conf: str) -> None:
+        configure_logging(LogFormat.JSON, "warning")  # events to stderr; stdout is the report
         self.work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         self.conf = self.work / "conf"
         self.root = self.work / "lakehouse"
