@@ -46,7 +46,7 @@ def test_sample_configs_load_into_typed_objects(monkeypatch: pytest.MonkeyPatch)
     assert dev.env.storage is not None
     assert dev.env.storage.auth is AzureAuthMethod.SERVICE_PRINCIPAL
     assert dev.env.storage.client_secret == SecretRef("${AZURE_CLIENT_SECRET}")
-    assert dev.table("orders").full_name == "main.dev_bronze.orders"
+    assert dev.table("orders", Layer.BRONZE).full_name == "main.dev_bronze.orders"
     prod = load_project(REPO / "conf", "prod")
     assert prod.env.storage is not None
     assert prod.env.storage.auth is AzureAuthMethod.MANAGED_IDENTITY
