@@ -42,9 +42,9 @@ from pyspark.sql.types import (
 )
 
 from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
-from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
+from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
-from framework.delta import create_table
+from framework.delta import append, create_table
 from framework.errors import ConfigError, JobError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
@@ -225,10 +225,6 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.batches: list[BatchCounts] = []
-        # Batches that may have run, wholly or in part, before a restart: planned in the
-        # checkpoint but not committed. Only these can find their writes already done.
-        self._replayable: range = range(0)
-        self._writer_id: str | None = None
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ steps
@@ -258,9 +254,6 @@ class BronzeJob(StreamingJob):
         create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
                      self.locations[self.ledger_table],
                      comment=f"One row per landing file of {self.table.name}, with its status")
-        checkpoint = self.table.checkpoint
-        self._replayable = range(last_committed_batch(checkpoint) + 1,
-                                 last_planned_batch(checkpoint) + 1)
 
     def read(self) -> DataFrame:
         src = self.spec.source
@@ -295,9 +288,6 @@ class BronzeJob(StreamingJob):
         return df.writeStream.foreachBatch(self._process_batch)
 
     def on_started(self, query: StreamingQuery) -> None:
-        # The query id is kept in the checkpoint, so it identifies this writer across restarts
-        # (and changes if the checkpoint is reset, so a new history is never skipped).
-        self._writer_id = str(query.id)
         self._started.set()
 
     # ------------------------------------------------------------------ one micro-batch
@@ -324,7 +314,7 @@ class BronzeJob(StreamingJob):
         )
         good = observed.where(~to_quarantine).drop(CORRUPT)
         if self._append(good, self.table.full_name, batch_id,
-                        check=batch_id in self._replayable):
+                        check=batch_id in self.replayable):
             metrics = observation.get
         else:  # a replayed batch whose bronze write had committed: count without writing
             row = df.agg(
@@ -387,17 +377,13 @@ class BronzeJob(StreamingJob):
         """Append, idempotently unless told otherwise. With ``check``: False when Delta
         skipped the append as already written (a replayed batch), found from the tag of the
         newest commit."""
-        assert self._writer_id is not None
-        tag = f"{self._writer_id}:{batch_id}"
-        writer = df.write.format("delta").mode("append").option("userMetadata", tag)
-        if idempotent:
-            writer = writer.option("txnAppId", self._writer_id).option("txnVersion", batch_id)
-        writer.save(self.locations[table])
+        assert self.writer_id is not None
+        append(df, self.locations[table], self.writer_id, batch_id, idempotent=idempotent)
         if not check:
             return True
         # The newest commit carries our tag only if this append was executed now.
         last = DeltaTable.forPath(self.spark, self.locations[table]).history(1).first()
-        return last is not None and last["userMetadata"] == tag
+        return last is not None and last["userMetadata"] == f"{self.writer_id}:{batch_id}"
 
     def _record_files(
         self,
@@ -433,7 +419,7 @@ class BronzeJob(StreamingJob):
                          reason, path, now, now))
         # Only a replayed batch can find its ledger rows written already, so only then is the
         # ledger read; a plain append avoids the cost of an idempotent one on every batch.
-        if rows and not (batch_id in self._replayable and self._ledger_has(batch_id)):
+        if rows and not (batch_id in self.replayable and self._ledger_has(batch_id)):
             self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id,
                          idempotent=False)
         return counts

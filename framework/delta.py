@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 
@@ -62,3 +62,15 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
     metrics = row["metrics"].asDict() if row is not None else {}
     return {k: metrics[k] for k in ("numFilesAdded", "numFilesRemoved") if k in metrics} | {
         "clustered": clustered}
+
+
+def append(df: DataFrame, location: str, writer_id: str, batch_id: int, *,
+           idempotent: bool = True) -> None:
+    """Append ``df`` to the Delta table at ``location``, tagged ``<writer_id>:<batch_id>`` in
+    the commit's user metadata. Idempotent by default (``txnAppId``/``txnVersion``): Delta
+    skips the append if this writer already committed this batch."""
+    writer = df.write.format("delta").mode("append").option("userMetadata",
+                                                             f"{writer_id}:{batch_id}")
+    if idempotent:
+        writer = writer.option("txnAppId", writer_id).option("txnVersion", batch_id)
+    writer.save(location)

@@ -31,6 +31,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer, Table
 from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.listener import BatchProgress, ProgressListener
@@ -195,6 +196,12 @@ class StreamingJob(ABC):
         # Why a micro-batch failed, in words, when the job knows better than the stack trace
         # Spark wraps around it (a broken expectation, say).
         self.batch_error: str | None = None
+        # Batches that may have run, wholly or in part, before a restart (planned in the
+        # checkpoint, not committed): only these can find their writes already done.
+        self.replayable: range = range(0)
+        # The query's id, kept in the checkpoint: it names this writer across restarts (and
+        # changes when the checkpoint is reset, so a new history is never skipped).
+        self.writer_id: str | None = None
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
@@ -237,8 +244,12 @@ class StreamingJob(ABC):
 
     # ------------------------------------------------------------------ steps
     def prepare(self) -> None:
-        """Create what the job writes; the default creates the layer's schema."""
+        """Create what the job writes; the default creates the layer's schema and finds the
+        batches a restart may replay."""
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}.{self.table.schema}")
+        checkpoint = self.table.checkpoint
+        self.replayable = range(last_committed_batch(checkpoint) + 1,
+                                last_planned_batch(checkpoint) + 1)
 
     @abstractmethod
     def read(self) -> DataFrame:
@@ -271,6 +282,7 @@ class StreamingJob(ABC):
         writer = writer.option("checkpointLocation", self.table.checkpoint)
         self.listener.register(self.query_name, self.log)
         query = self._step("start", writer.queryName(self.query_name).start)
+        self.writer_id = str(query.id)
         self.on_started(query)
         return query
 

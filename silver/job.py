@@ -29,7 +29,7 @@ from typing import Any, ClassVar, cast
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
     ArrayType,
     LongType,
@@ -39,9 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer
-from framework.delta import create_table, sql_string
+from framework.delta import append, create_table, sql_string
 from framework.errors import JobError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
@@ -72,18 +71,10 @@ class SilverJob(StreamingJob):
         self.quarantine_location = self.table.companion_location("quarantine")
         self.totals: Counter[str] = Counter()
         self.rule_totals: Counter[str] = Counter()
-        self._replayable: range = range(0)
-        self._writer_id: str | None = None
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
 
     # ------------------------------------------------------------------ steps
-    def prepare(self) -> None:
-        super().prepare()
-        checkpoint = self.table.checkpoint
-        self._replayable = range(last_committed_batch(checkpoint) + 1,
-                                 last_planned_batch(checkpoint) + 1)
-
     def read(self) -> DataFrame:
         src = self.spec.source
         if not DeltaTable.isDeltaTable(self.spark, self.source_location):
@@ -117,9 +108,6 @@ class SilverJob(StreamingJob):
     def write(self, df: DataFrame) -> DataStreamWriter:
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
         return df.writeStream.foreachBatch(self._process_batch)
-
-    def on_started(self, query: StreamingQuery) -> None:
-        self._writer_id = str(query.id)
 
     # ------------------------------------------------------------------ columns and tables
     def _columns(self, df: DataFrame) -> DataFrame:
@@ -228,7 +216,7 @@ class SilverJob(StreamingJob):
 
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
         # the batch is cached so its (stateful) computation runs once for all writes.
-        cached = self._quarantines or batch_id in self._replayable or \
+        cached = self._quarantines or batch_id in self.replayable or \
             self.spec.mode is WriteMode.UPSERT
         if cached:
             df = df.persist()
@@ -282,10 +270,8 @@ class SilverJob(StreamingJob):
             self._append(df, self.table.location, batch_id)
 
     def _append(self, df: DataFrame, location: str, batch_id: int) -> None:
-        assert self._writer_id is not None
-        (df.write.format("delta").mode("append")
-         .option("txnAppId", self._writer_id).option("txnVersion", batch_id)
-         .save(location))
+        assert self.writer_id is not None
+        append(df, location, self.writer_id, batch_id)
 
     def _merge(self, df: DataFrame) -> None:
         """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
