@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    p.add_argument("--explain-pruning", action="store_true",
+                   help="run the query and print what its scans pruned (dynamic pruning in "
+                   "the plan; partitions and files read of each table's total) instead of rows")
     p.set_defaults(handler=cmd_sql)
 
     p = sub.add_parser("demo", parents=[common], help="generate a sample feed and run it",
@@ -134,6 +137,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"configuration valid: environment {project.env.name!r}, {len(project.tables)} table(s)")
     for layer, names in by_layer.items():
         print(f"  {layer}: {', '.join(names)}")
+    for t in project.tables:
+        for advice in t.spec.advise(t, project):
+            print(f"warning: {t.source_file}: {advice}")
     return EXIT_OK
 
 
@@ -202,6 +208,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     project = _project(args)
     spark = _spark(project, "medallion-sql")
+    if args.explain_pruning:
+        from framework.pruning import explain_pruning
+
+        evidence = explain_pruning(spark, args.query)
+        print(json.dumps(evidence.to_dict()) if args.json else evidence.render())
+        return EXIT_OK
     df = spark.sql(args.query)
     rows = df.limit(args.limit).collect()
     if args.json:

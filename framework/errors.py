@@ -124,3 +124,7 @@ class StorageError(MedallionError):
 
 class TableNotFoundError(MedallionError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
+
+
+class ScanNotFoundError(MedallionError):
+    """A query's plan has no scan of the table asked about."""

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -254,6 +254,43 @@ class StreamingJob(ABC):
     @abstractmethod
     def read(self) -> DataFrame:
         """The streaming DataFrame this job consumes."""
+
+    def read_table_stream(self, layer: Layer, name: str, *, max_files: int | None = None,
+                          max_bytes: str | None = None) -> DataFrame:
+        """A stream of the configured Delta table ``layer.name``, read by its location; an
+        upstream table that was never written is a clear error, not an empty stream."""
+        from delta.tables import DeltaTable
+
+        location = self.table.env.path("tables", layer.value, name)
+        if not DeltaTable.isDeltaTable(self.spark, location):
+            raise JobError(self.table.full_name, "read",
+                           f"expected the source table {layer.value}.{name} at {location}, "
+                           "found no Delta table there (run its layer first)")
+        reader = self.spark.readStream.format("delta")
+        if max_files:
+            reader = reader.option("maxFilesPerTrigger", max_files)
+        if max_bytes:
+            reader = reader.option("maxBytesPerTrigger", max_bytes)
+        return reader.load(location)
+
+    def delta_sink(self, df: DataFrame, partition_by: Sequence[str] = ()) -> DataStreamWriter:
+        """Append ``df`` to this table through Delta's streaming sink, exactly once by itself
+        (it records the query id and batch id in the commit); the rows written are counted by
+        an observed metric, read back with :meth:`sink_rows`."""
+        from pyspark.sql import functions as F
+
+        counted = df.observe(self._observation, F.count(F.lit(1)).alias("rows"))
+        writer = counted.writeStream.format("delta").outputMode("append") \
+            .option("path", self.table.location)
+        return writer.partitionBy(*partition_by) if partition_by else writer
+
+    def sink_rows(self, progress: list[BatchProgress]) -> int:
+        """Rows written by :meth:`delta_sink` over the batches of ``progress``."""
+        return sum(int(p.observed.get(self._observation, {}).get("rows", 0)) for p in progress)
+
+    @property
+    def _observation(self) -> str:
+        return f"{self.layer.value}_{self.table.name}_written"
 
     def transform(self, df: DataFrame) -> DataFrame:
         """Pure DataFrame -> DataFrame; unchanged by default."""

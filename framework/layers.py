@@ -7,28 +7,41 @@ Entries are import paths, imported on first use, so importing ``framework`` impo
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from framework.config.model import Layer
 from framework.errors import ConfigError
 
 if TYPE_CHECKING:
-    from framework.config.model import TableSpec
-    from framework.job import StreamingJob
+    from pyspark.sql import SparkSession
+
+    from framework.config.model import Table, TableSpec
+    from framework.job import RunContext, TableRunSummary
 
 
 @dataclass(frozen=True)
 class LayerEntry:
-    """Where a layer's table spec model and its job class live."""
+    """Where a layer's table spec model and its job class live; ``kinds`` maps a spec's
+    ``kind`` to another job class (gold's marts are not streaming aggregates)."""
 
     spec: str
     job: str
+    kinds: Mapping[str, str] = field(default_factory=dict)
+
+
+class Job(Protocol):
+    """What the runner needs of a table's job."""
+
+    def run(self) -> TableRunSummary: ...
 
 
 REGISTRY: dict[Layer, LayerEntry] = {
     Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob"),
     Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob"),
+    Layer.GOLD: LayerEntry(spec="gold.spec:GoldTableSpec", job="gold.job:AggregateJob",
+                           kinds={"mart": "gold.mart:MartJob"}),
 }
 
 
@@ -53,9 +66,12 @@ def spec_class(layer: Layer) -> type[TableSpec]:
     return cls
 
 
-def job_class(layer: Layer) -> type[StreamingJob]:
-    """The job class that runs a table of ``layer``."""
-    cls: type[StreamingJob] = _load(_entry(layer).job)
+def job_class(table: Table) -> Callable[[SparkSession, Table, RunContext], Job]:
+    """The job class that runs ``table`` (by its layer, and its spec's kind if any)."""
+    entry = _entry(table.layer)
+    kind = str(getattr(table.spec, "kind", ""))
+    cls: Callable[[SparkSession, Table, RunContext], Job] = _load(entry.kinds.get(kind,
+                                                                                  entry.job))
     return cls
 
 

@@ -114,6 +114,10 @@ class Environment(Model):
         """A path under the lakehouse root (a local path or a URL, joined with '/')."""
         return posixpath.join(self.root.rstrip("/"), *parts)
 
+    def table_name(self, layer: Layer, name: str) -> str:
+        """The catalog name of the table ``name`` of ``layer`` (``catalog.schema.table``)."""
+        return f"{self.catalog}.{self.schemas.of(layer)}.{name}"
+
     def resolve(self, path: str) -> str:
         """A configured path: absolute paths and URLs as given, relative ones under the root."""
         if path.startswith("/") or "://" in path:
@@ -151,6 +155,11 @@ class TableSpec(Model):
         """The configured tables this one reads (layer, short name); none by default."""
         return []
 
+    def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        """Warnings about a valid configuration that will not do what it is likely meant to
+        (a join that cannot prune, say); shown by ``medallion validate``. None by default."""
+        return []
+
 
 @dataclass(frozen=True)
 class Table:
@@ -172,7 +181,7 @@ class Table:
     @property
     def full_name(self) -> str:
         """``catalog.schema.table``; every part is a validated identifier, safe in SQL text."""
-        return f"{self.env.catalog}.{self.schema}.{self.spec.name}"
+        return self.env.table_name(self.layer, self.spec.name)
 
     def qualified(self, suffix: str) -> str:
         """The full name of a companion table (``orders`` -> ``orders_quarantine``)."""

@@ -1,0 +1,166 @@
+"""Dynamic partition pruning through a gold mart: a fact joined to a filtered dimension, with
+pruning on and off, in one run.
+
+The fact (``--rows`` order lines, partitioned by ``store_id`` into ``--stores`` partitions) is a
+gold Delta table, written directly in the layout its spec declares (what is measured is the
+query, not building the fact); the stores dimension is a silver table in which one store in
+ten is in region 'north'; the mart is the framework's view joining them (``kind: mart``). The
+query filters
+the dimension (``WHERE region = 'north'``) and aggregates a month of the fact per city and
+channel (sums, an average and distinct customers and products):
+
+    python bench/gold_dpp.py [--rows 10000000] [--stores 100] [--repeat 3]
+
+Both settings run alternately after a warm-up of each; times are medians. The files read
+come from the scan's SQL metrics (``framework.pruning.explain_pruning``). The last line is one
+JSON object with both figures and the ratios (pruned / unpruned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from bench.common import BenchLakehouse
+from framework.config.model import Layer
+from framework.job import RunContext, RunStatus
+from framework.pruning import explain_pruning
+from gold.mart import MartJob
+
+DPP = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
+
+
+def timed(spark: SparkSession, query: str, pruning: bool) -> float:
+    spark.conf.set(DPP, str(pruning).lower())
+    started = time.perf_counter()
+    spark.sql(query).collect()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--stores", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    lake = BenchLakehouse("gold-dpp", shuffle_partitions=4)
+    spark = lake.spark
+    lake.write("tables/bronze/orders.yaml", {"source": {"path": "landing/orders",
+                                                        "format": "json"}})
+    lake.write("tables/bronze/stores.yaml", {"source": {"path": "landing/stores",
+                                                        "format": "json"}})
+    lake.write("tables/silver/orders.yaml", {"source": "orders"})
+    lake.write("tables/silver/stores.yaml", {"source": "stores"})
+    lake.write("tables/gold/store_orders.yaml", {
+        "description": "Order lines per store and hour", "source": "orders",
+        "event_time": "event_time", "watermark": "1 hour",
+        "window": {"type": "tumbling", "duration": "1 hour"},
+        "group_by": ["store_id", "order_id", "customer_id", "product_id", "channel", "status"],
+        "aggregates": [{"name": "quantity", "expr": "sum(quantity)"},
+                       {"name": "unit_price", "expr": "max(unit_price)"},
+                       {"name": "discount", "expr": "sum(discount)"},
+                       {"name": "amount", "expr": "sum(amount)"}],
+        "output_mode": "update", "partition_by": ["store_id"]})
+    lake.write("tables/gold/regional_orders.yaml", {
+        "kind": "mart", "fact": "store_orders",
+        "dimensions": [{"table": "stores", "on": "store_id", "columns": ["region", "city"]}]})
+    project = lake.project()
+    fact = project.table("store_orders", Layer.GOLD)
+    stores = project.table("stores", Layer.SILVER)
+    for schema in (fact.schema, stores.schema):
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+    print(f"writing the fact: {args.rows:,} rows in {args.stores} partitions", flush=True)
+    start = F.lit("2026-11-01 00:00:00").cast("timestamp")
+    hour = F.make_interval(hours=(F.col("id") % 720).cast("int"))
+    (spark.range(args.rows)
+     .select(
+         (start + hour).alias("window_start"),
+         (start + hour + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+         F.to_date(start + hour).alias("window_date"),
+         F.format_string("s%03d", (F.col("id") % args.stores).cast("int")).alias("store_id"),
+         F.concat(F.lit("o"), F.col("id").cast("string")).alias("order_id"),
+         F.format_string("c%06d", ((F.col("id") * 31) % 50_000).cast("int")).alias("customer_id"),
+         F.format_string("p%05d", ((F.col("id") * 17) % 5_000).cast("int")).alias("product_id"),
+         F.element_at(F.array(F.lit("web"), F.lit("store"), F.lit("app")),
+                      (F.col("id") % 3 + 1).cast("int")).alias("channel"),
+         F.element_at(F.array(F.lit("paid"), F.lit("shipped"), F.lit("cancelled")),
+                      (F.col("id") % 3 + 1).cast("int")).alias("status"),
+         ((F.col("id") % 9) + 1).alias("quantity"),
+         ((F.col("id") * 7919) % 10_000 / 100).cast("decimal(12,2)").alias("unit_price"),
+         ((F.col("id") * 13) % 500 / 100).cast("decimal(12,2)").alias("discount"),
+         (((F.col("id") % 9) + 1) * ((F.col("id") * 7919) % 10_000) / 100)
+         .cast("decimal(14,2)").alias("amount"))
+     .repartition(args.stores, "store_id")
+     .write.format("delta").partitionBy("store_id").option("path", fact.location)
+     .saveAsTable(fact.full_name))
+    (spark.range(args.stores)
+     .select(F.format_string("s%03d", F.col("id").cast("int")).alias("store_id"),
+             F.when(F.col("id") % 10 == 0, "north").otherwise("south").alias("region"),
+             F.concat(F.lit("city"), (F.col("id") % 7).cast("string")).alias("city"))
+     .coalesce(1).write.format("delta").option("path", stores.location)
+     .saveAsTable(stores.full_name))
+    mart = project.table("regional_orders", Layer.GOLD)
+    result = MartJob(spark, mart, RunContext()).run()
+    if result.status is not RunStatus.SUCCEEDED:
+        raise SystemExit(f"the mart failed: {result.error}")
+
+    # A month of order lines for the stores of one region, per city and channel.
+    query = (f"SELECT city, channel, count(*) AS lines, sum(quantity) AS items, "
+             f"sum(amount) AS revenue, sum(discount) AS discounts, "
+             f"avg(unit_price) AS avg_price, count(DISTINCT customer_id) AS customers, "
+             f"count(DISTINCT product_id) AS products FROM {mart.full_name} "
+             "WHERE region = 'north' AND status <> 'cancelled' GROUP BY city, channel")
+    answers = {}
+    for pruning in (True, False):  # warm-up, and the answers must agree
+        spark.conf.set(DPP, str(pruning).lower())
+        answers[pruning] = sorted(tuple(r) for r in spark.sql(query).collect())
+    if answers[True] != answers[False]:
+        raise SystemExit("pruned and unpruned answers differ")
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(args.repeat):
+        for pruning in ((True, False) if r % 2 == 0 else (False, True)):
+            times[pruning].append(timed(spark, query, pruning))
+        print(f"round {r}: pruned {times[True][-1]:.2f}s, unpruned {times[False][-1]:.2f}s",
+              flush=True)
+    evidence = {}
+    for pruning in (True, False):
+        spark.conf.set(DPP, str(pruning).lower())
+        evidence[pruning] = explain_pruning(spark, query)
+        print(f"pruning {'on' if pruning else 'off'}:\n{evidence[pruning].render()}", flush=True)
+    on, off = evidence[True].scan("store_orders"), evidence[False].scan("store_orders")
+    t_on, t_off = statistics.median(times[True]), statistics.median(times[False])
+    spark.stop()
+    shutil.rmtree(lake.work, ignore_errors=True)
+    print(json.dumps({
+        "benchmark": "gold_dpp",
+        "rows": args.rows,
+        "partitions": on.partitions_total,
+        "files_total": on.files_total,
+        "cores": os.cpu_count(),
+        "dynamic_pruning_in_plan": evidence[True].dynamic_pruning,
+        "pruned": {"seconds": round(t_on, 3), "files_read": on.files_read,
+                   "partitions_read": on.partitions_read},
+        "unpruned": {"seconds": round(t_off, 3), "files_read": off.files_read,
+                     "partitions_read": off.partitions_read},
+        "seconds_pruned": [round(t, 3) for t in times[True]],
+        "seconds_unpruned": [round(t, 3) for t in times[False]],
+        "files_read_ratio": round(on.files_read / on.files_total, 3),
+        "time_ratio": round(t_on / t_off, 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()

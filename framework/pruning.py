@@ -1,0 +1,156 @@
+"""Evidence of partition pruning for a query: what the plan holds and what the scans read.
+
+``explain_pruning(spark, query)`` runs the query (a DataFrame or SQL text) without bringing its
+rows to the driver, then walks the executed physical plan (through adaptive query stages) to
+each file scan, and reports:
+
+- whether the plan holds a dynamic pruning expression (``dynamicpruningexpression``), overall
+  and per scan;
+- per scan, the partitions and files it read (the scan's SQL metrics ``numPartitions`` and
+  ``numFiles``) against the table's totals (its file index, listed without filters).
+
+    >>> evidence = explain_pruning(spark, "SELECT ... FROM gold.sales f JOIN silver.stores d "
+    ...                                   "ON f.store_id = d.store_id WHERE d.region = 'north'")
+    >>> evidence.scan("sales").partitions_read, evidence.scan("sales").partitions_total
+    (10, 100)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from framework.errors import ScanNotFoundError
+from framework.text import render_table
+
+_STAGES = ("ShuffleQueryStageExec", "BroadcastQueryStageExec", "TableCacheQueryStageExec",
+           "ResultQueryStageExec")
+
+
+@dataclass(frozen=True)
+class ScanEvidence:
+    """What one file scan of the executed plan read, against its table's totals."""
+
+    table: str
+    dynamic_pruning: bool
+    partitions_read: int | None  # None: the table is not partitioned
+    partitions_total: int | None
+    files_read: int
+    files_total: int
+
+    @property
+    def partition_share(self) -> float | None:
+        if not self.partitions_total or self.partitions_read is None:
+            return None
+        return self.partitions_read / self.partitions_total
+
+    @property
+    def file_share(self) -> float:
+        return self.files_read / self.files_total if self.files_total else 0.0
+
+
+@dataclass(frozen=True)
+class PruningEvidence:
+    """The evidence for one query."""
+
+    dynamic_pruning: bool
+    scans: tuple[ScanEvidence, ...]
+    plan: str
+
+    def scan(self, table: str) -> ScanEvidence:
+        """The scan of ``table`` (a name or path, matched at its end: ``sales`` finds
+        ``spark_catalog.gold.sales``); the one that read the most files if it was scanned twice."""
+        hits = [s for s in self.scans if _matches(s.table, table)]
+        if not hits:
+            found = ", ".join(s.table for s in self.scans) or "none"
+            raise ScanNotFoundError(f"expected a scan of {table} in the plan, found scans "
+                                       f"of: {found}")
+        return max(hits, key=lambda s: s.files_read)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dynamic_pruning": self.dynamic_pruning,
+                "scans": [asdict(s) for s in self.scans]}
+
+    def render(self) -> str:
+        head = ("table", "dynamic pruning", "partitions read", "files read")
+        rows = [(s.table, "yes" if s.dynamic_pruning else "no",
+                 "-" if s.partitions_total is None
+                 else f"{s.partitions_read} of {s.partitions_total}",
+                 f"{s.files_read} of {s.files_total}") for s in self.scans]
+        title = ("dynamic partition pruning: " +
+                 ("in the plan" if self.dynamic_pruning else "not in the plan"))
+        return title + "\n" + render_table(head, rows, sep="  ")
+
+
+def explain_pruning(spark: SparkSession, query: DataFrame | str) -> PruningEvidence:
+    """Run ``query`` and return the evidence of what its scans pruned."""
+    df = spark.sql(query) if isinstance(query, str) else query
+    execution = df._jdf.queryExecution()
+    execution.executedPlan().execute().count()  # run it; the rows stay on the executors
+    root = execution.executedPlan()
+    scans = tuple(_evidence(spark, node) for node in _nodes(root)
+                  if node.getClass().getSimpleName() == "FileSourceScanExec")
+    text = _plan_text(root)
+    return PruningEvidence("dynamicpruningexpression" in text.lower(), scans, text)
+
+
+def _nodes(plan: Any) -> Iterator[Any]:
+    """Every physical operator of ``plan``, through adaptive stages and reused exchanges."""
+    kind = plan.getClass().getSimpleName()
+    if kind == "AdaptiveSparkPlanExec":
+        yield from _nodes(plan.executedPlan())
+        return
+    if kind in _STAGES:
+        yield from _nodes(plan.plan())
+        return
+    if kind == "ReusedExchangeExec":
+        yield from _nodes(plan.child())
+        return
+    yield plan
+    children = plan.children()
+    for i in range(children.size()):
+        yield from _nodes(children.apply(i))
+
+
+def _plan_text(root: Any) -> str:
+    return "\n".join(str(node.simpleString(1000)) for node in _nodes(root))
+
+
+def _metric(node: Any, name: str) -> int | None:
+    found = node.metrics().get(name)
+    return int(found.get().value()) if found.isDefined() else None
+
+
+def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
+    relation = scan.relation()
+    ident = scan.tableIdentifier()
+    table = str(ident.get().unquotedString()) if ident.isDefined() else \
+        str(relation.location().rootPaths().apply(0).toString())
+    partitioned = relation.partitionSchema().size() > 0
+    jvm = spark._jvm
+    assert jvm is not None
+    empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
+    directories = relation.location().listFiles(empty, empty)
+    files_total = sum(directories.apply(i).files().size() for i in range(directories.size()))
+    dynamic = any("dynamicpruning" in str(f.toString()).lower()
+                  for f in _seq(scan.partitionFilters()))
+    return ScanEvidence(
+        table=table,
+        dynamic_pruning=dynamic,
+        partitions_read=_metric(scan, "numPartitions") if partitioned else None,
+        partitions_total=directories.size() if partitioned else None,
+        files_read=_metric(scan, "numFiles") or 0,
+        files_total=files_total,
+    )
+
+
+def _seq(seq: Any) -> list[Any]:
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _matches(name: str, wanted: str) -> bool:
+    name, wanted = name.rstrip("/"), wanted.rstrip("/")
+    return name == wanted or name.endswith("." + wanted) or name.endswith("/" + wanted)

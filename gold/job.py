@@ -1,0 +1,133 @@
+"""Gold: streaming windowed aggregates, and marts that join a fact to its dimensions.
+
+An aggregate reads a silver table as a stream, sets the watermark on its event time and groups
+by an event-time window (``window`` for tumbling and sliding windows, ``session_window``) and
+the spec's keys:
+
+- ``output_mode: append`` writes each window once, when the watermark passes its end (for a
+  session, its last event plus the gap), through Delta's streaming sink (exactly once);
+- ``output_mode: update`` merges every window each batch it changes, by window and keys; the
+  MERGE sets the window's current values, so a replayed batch writes the same row again.
+
+Rows whose window was already finalised when they arrive (event time behind the watermark) are
+excluded by Spark and counted from the state operator's metrics (``late_groups_dropped``: Spark
+counts them after the partial aggregation of the batch, so several late rows of one window and
+key in one batch count once).
+
+A mart is a catalog view of the fact joined to its dimensions (see :mod:`gold.spec`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, cast
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.types import StructField, StructType
+
+from framework.config.model import Layer
+from framework.delta import create_table
+from framework.job import StreamingJob
+from framework.listener import BatchProgress
+from gold.spec import GoldTableSpec, OutputMode, WindowType
+
+DEFAULT_COMMENTS = {
+    "window_start": "Start of the event-time window (inclusive)",
+    "window_end": "End of the event-time window (exclusive)",
+    "window_date": "Date of window_start",
+}
+
+
+class AggregateJob(StreamingJob):
+    """A windowed aggregate of a silver table, written to a gold Delta table."""
+
+    layer: ClassVar[Layer] = Layer.GOLD
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = cast(GoldTableSpec, self.table.spec)
+        self.merged: dict[str, int] = {"inserted": 0, "updated": 0}
+
+    # ------------------------------------------------------------------ steps
+    def read(self) -> DataFrame:
+        src = self.spec.source
+        assert src is not None  # checked with the config
+        return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger)
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        spec = self.spec
+        assert spec.event_time and spec.watermark and spec.window  # checked with the config
+        df = df.withWatermark(spec.event_time, spec.watermark)
+        w = spec.window
+        window: Column
+        if w.type is WindowType.SESSION:
+            window = F.session_window(spec.event_time, cast(str, w.gap))
+        elif w.type is WindowType.SLIDING:
+            window = F.window(spec.event_time, cast(str, w.duration), cast(str, w.slide))
+        else:
+            window = F.window(spec.event_time, cast(str, w.duration))
+        grouped = df.groupBy(window.alias("window"), *spec.group_by)
+        aggregated = grouped.agg(*[F.expr(a.expr).alias(a.name) for a in spec.aggregates])
+        return aggregated.select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            F.to_date("window.start").alias("window_date"),
+            *spec.group_by,
+            *[a.name for a in spec.aggregates],
+        )
+
+    def write(self, df: DataFrame) -> DataStreamWriter:
+        self._create_table(df.schema)
+        if self.spec.output_mode is OutputMode.APPEND:
+            return self.delta_sink(df, self.spec.partition_by)
+        return df.writeStream.outputMode("update").foreachBatch(self._merge_batch)
+
+    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+        late = sum(p.rows_dropped_by_watermark for p in progress)
+        counts = {"late_groups_dropped": late,
+                  "state_rows": progress[-1].state_rows if progress else 0}
+        if self.spec.output_mode is OutputMode.APPEND:
+            counts["rows_out"] = counts["windows_written"] = self.sink_rows(progress)
+        else:
+            counts["windows_inserted"] = self.merged["inserted"]
+            counts["windows_updated"] = self.merged["updated"]
+            counts["rows_out"] = self.merged["inserted"] + self.merged["updated"]
+        self.log.info("gold.run.counted", **counts)
+        return counts
+
+    # ------------------------------------------------------------------ helpers
+    def _create_table(self, schema: StructType) -> None:
+        """The table with a comment on the table and on every column."""
+        comments = {**DEFAULT_COMMENTS,
+                    **{k: f"Group key {k}" for k in self.spec.group_by},
+                    **{a.name: a.comment or f"{a.expr} over the window"
+                       for a in self.spec.aggregates},
+                    **self.spec.comments}
+        commented = StructType([
+            StructField(f.name, f.dataType, f.nullable, {"comment": comments[f.name]})
+            for f in schema.fields
+        ])
+        create_table(self.spark, self.table.full_name, commented, self.table.location,
+                     partition_by=self.spec.partition_by,
+                     comment=self.spec.description or f"Windowed aggregate of "
+                     f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")
+
+    def _merge_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """MERGE the batch's windows (one row per window and keys: the aggregate's current
+        values) into the table."""
+        on = " AND ".join(f"t.{k} <=> s.{k}" for k in self.spec.merge_keys)
+        result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")
+                  .merge(batch.alias("s"), on)
+                  .whenMatchedUpdateAll()
+                  .whenNotMatchedInsertAll()
+                  .execute())
+        row = result.first() if result is not None else None
+        metrics = row.asDict() if row is not None else {}
+        inserted = int(metrics.get("num_inserted_rows", 0))
+        updated = int(metrics.get("num_updated_rows", 0))
+        self.merged["inserted"] += inserted
+        self.merged["updated"] += updated
+        self.log.info("gold.batch.merged", batch_id=batch_id, windows_inserted=inserted,
+                      windows_updated=updated)

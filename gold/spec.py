@@ -1,0 +1,250 @@
+"""The gold table spec: a windowed aggregate of a silver table, or a mart joining a fact to its
+dimensions.
+
+An aggregate (``conf/tables/gold/store_sales.yaml``)::
+
+    kind: aggregate                     # the default
+    description: Revenue per store and hour.
+    source: orders                      # silver.orders; or {table: ..., layer: gold}
+    event_time: event_time
+    watermark: "2 hours"                # rows later than this are dropped (and counted)
+    window: {type: tumbling, duration: "1 hour"}
+    # or {type: sliding, duration: "1 hour", slide: "15 minutes"}
+    # or {type: session, gap: "30 minutes"}
+    group_by: [store_id]
+    aggregates:
+      - {name: orders, expr: "count(*)", comment: Orders in the window}
+      - {name: revenue, expr: "sum(amount)", comment: Sum of order amounts}
+    output_mode: append                 # finalised windows only; update: MERGE as they change
+    partition_by: [store_id]            # any output column; window_date is always there
+    comments: {store_id: The store}     # column comments for the catalog
+
+Every aggregate table has the columns ``window_start``, ``window_end`` and ``window_date`` (the
+date of ``window_start``), then the group keys, then the aggregates.
+
+A mart (``conf/tables/gold/store_sales_by_region.yaml``) is a catalog view: the fact joined to
+its dimensions, evaluated when queried, so a filter on a dimension column prunes the fact's
+partitions (dynamic partition pruning) and the answer is never stale::
+
+    kind: mart
+    fact: store_sales                   # gold.store_sales; or {table: ..., layer: silver}
+    dimensions:
+      - {table: stores, on: [store_id], columns: [region, city]}   # silver.stores
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from framework.config.model import Layer, ProjectConfig, Table, TableSpec
+from framework.config.types import Identifier, Model
+from framework.errors import ConfigError
+from silver.spec import INTERVAL
+
+WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
+
+
+def _interval(value: str | None) -> str | None:
+    if value is not None and not INTERVAL.match(value):
+        raise ValueError(f"expected an interval such as '10 minutes' or '1 hour', found "
+                         f"{value!r}")
+    return value
+
+
+class Kind(StrEnum):
+    AGGREGATE = "aggregate"  # a streaming windowed aggregate
+    MART = "mart"  # a view joining a fact to dimensions
+
+
+class WindowType(StrEnum):
+    TUMBLING = "tumbling"
+    SLIDING = "sliding"
+    SESSION = "session"
+
+
+class OutputMode(StrEnum):
+    APPEND = "append"  # a window is written once, when the watermark passes its end
+    UPDATE = "update"  # a window is merged every batch it changes
+
+
+class JoinType(StrEnum):
+    INNER = "inner"
+    LEFT = "left"
+
+
+class WindowSpec(Model):
+    """An event-time window: tumbling (duration), sliding (duration, slide) or session (gap)."""
+
+    type: WindowType
+    duration: str | None = None
+    slide: str | None = None
+    gap: str | None = None
+
+    @field_validator("duration", "slide", "gap")
+    @classmethod
+    def _intervals(cls, value: str | None) -> str | None:
+        return _interval(value)
+
+    @model_validator(mode="after")
+    def _fields_of_type(self) -> WindowSpec:
+        wanted = {WindowType.TUMBLING: {"duration"}, WindowType.SLIDING: {"duration", "slide"},
+                  WindowType.SESSION: {"gap"}}[self.type]
+        given = {k for k in ("duration", "slide", "gap") if getattr(self, k) is not None}
+        if given != wanted:
+            raise ValueError(f"expected {', '.join(sorted(wanted))} for a {self.type.value} "
+                             f"window, found {', '.join(sorted(given)) or 'none'}")
+        return self
+
+
+class Aggregate(Model):
+    """One output column: an aggregate SQL expression (``sum(amount)``)."""
+
+    name: Identifier
+    expr: str = Field(min_length=1)
+    comment: str = ""
+
+
+class TableRef(Model):
+    """Another configured table, by short name and layer."""
+
+    table: Identifier
+    layer: Layer
+    max_files_per_trigger: PositiveInt | None = None
+
+
+class Dimension(Model):
+    """A dimension joined to the fact on ``on`` (columns of both); ``columns`` are added to
+    the mart (default: all but the keys)."""
+
+    table: Identifier
+    layer: Layer = Layer.SILVER
+    on: list[Identifier] = Field(min_length=1)
+    columns: list[Identifier] = Field(default_factory=list)
+    how: JoinType = JoinType.INNER
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare ``on`` key as the boolean true.
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("on", mode="before")
+    @classmethod
+    def _one_key(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+def _with_layer(value: Any, layer: Layer) -> Any:
+    """A short table reference (``orders``) or a mapping without a layer, in ``layer``."""
+    if isinstance(value, str):
+        return {"table": value, "layer": layer}
+    if isinstance(value, dict):
+        return {"layer": layer, **value}
+    return value
+
+
+class GoldTableSpec(TableSpec):
+    """A gold table: a streaming windowed aggregate, or a mart view over a fact and its
+    dimensions."""
+
+    layer: ClassVar[Layer] = Layer.GOLD
+
+    kind: Kind = Kind.AGGREGATE
+    # aggregate
+    source: TableRef | None = None
+    event_time: Identifier | None = None
+    watermark: str | None = None
+    window: WindowSpec | None = None
+    group_by: list[Identifier] = Field(default_factory=list)
+    aggregates: list[Aggregate] = Field(default_factory=list)
+    output_mode: OutputMode = OutputMode.APPEND
+    partition_by: list[Identifier] = Field(default_factory=list)
+    comments: dict[Identifier, str] = Field(default_factory=dict)
+    # mart
+    fact: TableRef | None = None
+    dimensions: list[Dimension] = Field(default_factory=list)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _short_source(cls, value: Any) -> Any:
+        return _with_layer(value, Layer.SILVER)
+
+    @field_validator("fact", mode="before")
+    @classmethod
+    def _short_fact(cls, value: Any) -> Any:
+        return _with_layer(value, Layer.GOLD)
+
+    @field_validator("watermark")
+    @classmethod
+    def _watermark_interval(cls, value: str | None) -> str | None:
+        return _interval(value)
+
+    @property
+    def output_columns(self) -> list[str]:
+        """The aggregate's columns, in order."""
+        return [*WINDOW_COLUMNS, *self.group_by, *(a.name for a in self.aggregates)]
+
+    @property
+    def merge_keys(self) -> list[str]:
+        """What identifies one output row of an aggregate: its window and its group."""
+        return ["window_start", "window_end", *self.group_by]
+
+    def upstream(self) -> list[tuple[Layer, str]]:
+        refs: list[TableRef | Dimension | None] = [self.source, self.fact, *self.dimensions]
+        return [(r.layer, r.table) for r in refs if r is not None]
+
+    def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        if self.kind is not Kind.MART:
+            return []
+        from gold.mart import layout_advice
+
+        return layout_advice(self, table, project)
+
+    def check(self, table: Table) -> list[ConfigError]:
+        problems: list[ConfigError] = []
+
+        def problem(key: str, message: str) -> None:
+            problems.append(ConfigError(message, key=key))
+
+        if self.kind is Kind.MART:
+            if self.fact is None:
+                problem("fact", "expected the fact table of the mart, found none")
+            if not self.dimensions:
+                problem("dimensions", "expected at least one dimension to join, found none")
+            for key in ("source", "window", "watermark", "event_time"):
+                if getattr(self, key) is not None:
+                    problem(key, f"expected no {key} on a mart (it is a view over its fact), "
+                            f"found {getattr(self, key)!r}")
+            if self.aggregates or self.group_by or self.partition_by:
+                problem("kind", "expected no aggregates, group_by or partition_by on a mart "
+                        "(it is laid out by its fact), found some")
+            return problems
+
+        for key in ("source", "event_time", "window", "watermark"):
+            if getattr(self, key) is None:
+                problem(key, f"expected {key} on an aggregate, found none")
+        if not self.aggregates:
+            problem("aggregates", "expected at least one aggregate, found none")
+        if self.fact is not None or self.dimensions:
+            problem("fact", "expected fact and dimensions only on kind: mart, found them on an "
+                    "aggregate")
+        if (self.window is not None and self.window.type is WindowType.SESSION
+                and self.output_mode is OutputMode.UPDATE):
+            problem("output_mode", "expected output_mode append for a session window (a "
+                    "session's bounds move as it grows, so a row merged by its bounds would "
+                    "leave the shorter session behind), found update")
+        out = self.output_columns
+        for dup in sorted({c for c in out if out.count(c) > 1}):
+            problem("aggregates", f"expected unique output column names, found {dup!r} twice")
+        for key, cols in (("partition_by", self.partition_by),
+                          ("comments", list(self.comments))):
+            missing = [c for c in cols if c not in out]
+            if missing:
+                problem(key, f"expected columns among the output columns ({', '.join(out)}), "
+                        f"found {', '.join(missing)}")
+        return problems

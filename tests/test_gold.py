@@ -1,0 +1,265 @@
+"""Gold: windowed aggregates, marts over a fact and its dimensions, and pruning evidence, on
+real Spark and Delta."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from framework.config.model import Layer
+from framework.errors import ConfigValidationError
+from framework.job import RunContext, RunStatus, TableRunSummary
+from framework.layers import job_class
+from framework.pruning import explain_pruning
+from tests.support import CliRun, Lakehouse, bronze_spec, silver_spec, write_delta_commits
+
+BASE = datetime(2026, 11, 1, 8, 0, 0)
+SALES = "order_id STRING, store_id STRING, amount INT, event_time TIMESTAMP"
+DELAY = timedelta(minutes=10)
+
+
+def run_gold(spark: SparkSession, lakehouse: Lakehouse, name: str) -> TableRunSummary:
+    table = lakehouse.project().table(name, Layer.GOLD)
+    summary = job_class(table)(spark, table, RunContext()).run()
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    return summary
+
+
+def silver_location(lakehouse: Lakehouse, name: str) -> str:
+    return lakehouse.project().table(name, Layer.SILVER).location
+
+
+def with_silver_orders(lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time"))
+
+
+def sales_commits() -> tuple[list[list[tuple[Any, ...]]], list[tuple[Any, ...]]]:
+    """Six commits, ten minutes of event time apart, two stores; commit 4 also re-delivers
+    three rows from the first ten minutes, far behind the watermark by then (late)."""
+    commits, late = [], []
+    for i in range(6):
+        at = BASE + timedelta(minutes=10 * i)
+        rows = [(f"o{i}_{s}_{m}", s, 10 * i + m, at + timedelta(minutes=m))
+                for s in ("s1", "s2") for m in (1, 2, 6)]
+        if i == 4:
+            late = [(f"late_{j}", "s1", 1000, BASE + timedelta(minutes=j)) for j in range(3)]
+            rows += late
+        commits.append(rows)
+    return commits, late
+
+
+WINDOWS = {
+    "tumbling": ({"type": "tumbling", "duration": "10 minutes"},
+                 lambda: F.window("event_time", "10 minutes")),
+    "sliding": ({"type": "sliding", "duration": "10 minutes", "slide": "5 minutes"},
+                lambda: F.window("event_time", "10 minutes", "5 minutes")),
+    "session": ({"type": "session", "gap": "3 minutes"},
+                lambda: F.session_window("event_time", "3 minutes")),
+}
+
+
+def expected_windows(spark: SparkSession, rows: list[tuple[Any, ...]], window: Any,
+                     closed_by: datetime | None) -> DataFrame:
+    """The same aggregate computed in batch over ``rows``; with ``closed_by``, only the
+    windows that end by then (what append mode has written)."""
+    df = spark.createDataFrame(rows, SALES).groupBy(window().alias("w"), "store_id").agg(
+        F.count(F.lit(1)).alias("orders"), F.sum("amount").cast("bigint").alias("revenue"))
+    if closed_by is not None:
+        df = df.where(F.col("w.end") <= F.lit(closed_by))
+    return df.select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+                     "store_id", "orders", "revenue")
+
+
+def aggregate_spec(window: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"description": "Orders and revenue per store and window",
+            "source": {"table": "orders", "max_files_per_trigger": 1},
+            "event_time": "event_time", "watermark": "10 minutes", "window": window,
+            "group_by": ["store_id"],
+            "aggregates": [{"name": "orders", "expr": "count(*)", "comment": "Orders"},
+                           {"name": "revenue", "expr": "sum(amount)"}],
+            **extra}
+
+
+@pytest.mark.parametrize("kind", list(WINDOWS))
+def test_append_windows_equal_a_batch_computation_without_the_late_rows(
+    spark: SparkSession, lakehouse: Lakehouse, kind: str
+) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(WINDOWS[kind][0],
+                                                              partition_by=["window_date"]))
+    commits, late = sales_commits()
+    write_delta_commits(spark, silver_location(lakehouse, "orders"), commits, SALES)
+
+    summary = run_gold(spark, lakehouse, "store_sales")
+
+    on_time = [r for c in commits for r in c if r not in late]
+    watermark = max(r[3] for r in on_time) - DELAY
+    got = spark.table(lakehouse.project().table("store_sales", Layer.GOLD).full_name)
+    want = expected_windows(spark, on_time, WINDOWS[kind][1], closed_by=watermark)
+    assert_df_equality(got.drop("window_date"), want, ignore_row_order=True,
+                       ignore_nullable=True, ignore_metadata=True)
+    assert summary.rows_out == want.count() > 0
+    assert summary.counts["late_groups_dropped"] >= 1  # the late rows reached no window
+    # The late rows would have changed the first windows had they been counted.
+    with_late = expected_windows(spark, [r for c in commits for r in c], WINDOWS[kind][1],
+                                 closed_by=watermark)
+    assert with_late.exceptAll(want).count() > 0
+
+
+def test_update_mode_merges_windows_as_they_change_and_a_replay_changes_nothing(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], output_mode="update", partition_by=["store_id"]))
+    commits, late = sales_commits()
+    silver = silver_location(lakehouse, "orders")
+    write_delta_commits(spark, silver, commits[:3], SALES)
+    run_gold(spark, lakehouse, "store_sales")
+    # The next rows fall in a window already written: it is updated, not duplicated.
+    extra = [("o2_s1_9", "s1", 100, BASE + timedelta(minutes=29))]
+    write_delta_commits(spark, silver, [extra + commits[3], *commits[4:]], SALES)
+    summary = run_gold(spark, lakehouse, "store_sales")
+    assert summary.counts["windows_updated"] >= 1
+
+    table = lakehouse.project().table("store_sales", Layer.GOLD)
+    on_time = [r for c in commits for r in c if r not in late] + extra
+    want = expected_windows(spark, on_time, WINDOWS["tumbling"][1], closed_by=None)
+    got = spark.table(table.full_name).drop("window_date")
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True,
+                       ignore_metadata=True)
+
+    # Replay the last batch: forget its commit, run again; the table is unchanged.
+    commits_dir = Path(table.checkpoint) / "commits"
+    last = max(int(p.name) for p in commits_dir.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits_dir / name).unlink(missing_ok=True)
+    run_gold(spark, lakehouse, "store_sales")
+    assert_df_equality(spark.table(table.full_name).drop("window_date"), want,
+                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+
+
+def test_gold_table_and_columns_carry_comments(spark: SparkSession,
+                                               lakehouse: Lakehouse) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], comments={"store_id": "The store that took the order"}))
+    write_delta_commits(spark, silver_location(lakehouse, "orders"), sales_commits()[0][:1],
+                        SALES)
+    run_gold(spark, lakehouse, "store_sales")
+    name = lakehouse.project().table("store_sales", Layer.GOLD).full_name
+    comments = {c.name: c.description for c in spark.catalog.listColumns(name)}
+    assert comments == {
+        "window_start": "Start of the event-time window (inclusive)",
+        "window_end": "End of the event-time window (exclusive)",
+        "window_date": "Date of window_start",
+        "store_id": "The store that took the order",
+        "orders": "Orders",
+        "revenue": "sum(amount) over the window",
+    }
+    detail = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Comment'").first()
+    assert detail is not None and detail["data_type"] == "Orders and revenue per store and window"
+
+
+STORES = 50
+
+
+def with_sales_mart(spark: SparkSession, lakehouse: Lakehouse, partition_by: str) -> None:
+    """A gold fact of orders per store (partitioned by ``partition_by``), the stores
+    dimension (10% of them in region 'north') and a mart view joining them."""
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("bronze", "stores", bronze_spec())
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], output_mode="update", partition_by=[partition_by]))
+    lakehouse.add_table("gold", "regional_sales", {
+        "kind": "mart", "description": "Store sales with the store's region",
+        "fact": "store_sales",
+        "dimensions": [{"table": "stores", "on": "store_id", "columns": ["region"]}]})
+    rows = [(f"o{s}_{m}", f"s{s:02d}", m, BASE + timedelta(minutes=m))
+            for s in range(STORES) for m in (1, 12)]
+    write_delta_commits(spark, silver_location(lakehouse, "orders"), [rows], SALES)
+    stores = [(f"s{s:02d}", "north" if s % 10 == 0 else "south") for s in range(STORES)]
+    write_delta_commits(spark, silver_location(lakehouse, "stores"), [stores],
+                        "store_id STRING, region STRING")
+    stores_table = lakehouse.project().table("stores", Layer.SILVER)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {stores_table.env.catalog}.{stores_table.schema}")
+    spark.sql(f"CREATE TABLE {stores_table.full_name} "
+              f"USING DELTA LOCATION '{silver_location(lakehouse, 'stores')}'")
+    run_gold(spark, lakehouse, "store_sales")
+    run_gold(spark, lakehouse, "regional_sales")
+
+
+def test_a_filtered_dimension_prunes_the_fact_to_its_partitions(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    with_sales_mart(spark, lakehouse, partition_by="store_id")
+    mart = lakehouse.project().table("regional_sales", Layer.GOLD).full_name
+    query = (f"SELECT store_id, sum(revenue) AS revenue FROM {mart} WHERE region = 'north' "
+             "GROUP BY store_id")
+
+    pruned = explain_pruning(spark, query)
+    fact = pruned.scan("store_sales")
+    assert pruned.dynamic_pruning and fact.dynamic_pruning
+    assert fact.partitions_total == STORES
+    assert fact.partitions_read is not None
+    assert fact.partitions_read <= STORES // 10
+    assert fact.files_read < fact.files_total
+    answer = spark.sql(query)
+
+    spark.conf.set("spark.sql.optimizer.dynamicPartitionPruning.enabled", "false")
+    try:
+        full = explain_pruning(spark, query)
+        unpruned_answer = spark.sql(query).collect()
+    finally:
+        spark.conf.unset("spark.sql.optimizer.dynamicPartitionPruning.enabled")
+    assert not full.dynamic_pruning
+    assert full.scan("store_sales").partitions_read == STORES
+    assert_df_equality(answer, spark.createDataFrame(unpruned_answer, answer.schema),
+                       ignore_row_order=True)
+    assert {r["store_id"] for r in unpruned_answer} == {f"s{s:02d}" for s in range(0, 50, 10)}
+
+
+def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(
+    lakehouse: Lakehouse
+) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("bronze", "stores", bronze_spec())
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], partition_by=["window_date"]))
+    # Written by hand, as a person would: YAML reads a bare `on` key as true; it still works.
+    (lakehouse.conf / "tables" / "gold" / "regional_sales.yaml").write_text(
+        "kind: mart\nfact: store_sales\ndimensions:\n  - {table: stores, on: store_id}\n")
+    code, out = CliRun(["validate"], lakehouse.cli_env()).finish()
+    assert code == 0, out
+    assert "warning:" in out
+    assert "cannot prune" in out and "partitioned by window_date" in out
+    assert "partition store_sales by store_id" in out
+
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], partition_by=["store_id"]))
+    code, out = CliRun(["validate"], lakehouse.cli_env()).finish()
+    assert code == 0 and "warning:" not in out, out
+
+
+def test_gold_config_errors_say_what_was_expected(lakehouse: Lakehouse) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "sessions", aggregate_spec(
+        {"type": "session", "gap": "5 minutes"}, output_mode="update",
+        partition_by=["day"]))
+    lakehouse.add_table("gold", "bad_window", aggregate_spec(
+        {"type": "sliding", "duration": "10 minutes"}))
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    text = str(info.value)
+    assert "expected output_mode append for a session window" in text
+    assert "expected columns among the output columns" in text and "found day" in text
+    assert "expected duration, slide for a sliding window, found duration" in text
