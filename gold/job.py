@@ -118,12 +118,16 @@ class AggregateJob(StreamingJob):
         """MERGE the batch's windows (one row per window and keys: the aggregate's current
         values) into the table."""
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in self.spec.merge_keys)
-        result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")
-                  .merge(batch.alias("s"), on)
-                  .whenMatchedUpdateAll()
-                  .whenNotMatchedInsertAll()
-                  .execute())
-        row = result.first() if result is not None else None
+        source = batch.persist()  # MERGE may read its source twice: run the state once
+        try:
+            result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")
+                      .merge(source.alias("s"), on)
+                      .whenMatchedUpdateAll()
+                      .whenNotMatchedInsertAll()
+                      .execute())
+            row = result.first() if result is not None else None
+        finally:
+            source.unpersist()
         metrics = row.asDict() if row is not None else {}
         inserted = int(metrics.get("num_inserted_rows", 0))
         updated = int(metrics.get("num_updated_rows", 0))

@@ -16,17 +16,23 @@ the mart is created. :func:`framework.pruning.explain_pruning` shows the evidenc
 
 from __future__ import annotations
 
+import json
 import time
-from typing import cast
+from typing import Any, cast
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from framework.config.model import Layer, ProjectConfig, Table
-from framework.delta import sql_string
+from framework.delta import create_table, sql_string
 from framework.errors import JobError, MedallionError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.logging import get_logger
 from gold.spec import Dimension, GoldTableSpec
+
+VERSIONS = "medallion.mart.built_from"  # table property: {table: Delta version} last built
 
 
 def layout_advice(spec: GoldTableSpec, table: Table, project: ProjectConfig) -> list[str]:
@@ -51,7 +57,8 @@ def layout_advice(spec: GoldTableSpec, table: Table, project: ProjectConfig) -> 
 
 
 class MartJob:
-    """Creates (or replaces) the mart's view; the same summary as a streaming job."""
+    """Creates (or replaces) the mart's view, or rebuilds its table incrementally
+    (``materialize: true``); the same summary as a streaming job."""
 
     def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
         self.spark = spark
@@ -64,7 +71,7 @@ class MartJob:
         started = time.monotonic()
         summary = TableRunSummary(self.table.full_name, Layer.GOLD.value, RunStatus.SUCCEEDED)
         try:
-            summary.counts = self._create_view()
+            summary.counts = self._build()
         except MedallionError as exc:
             summary.status, summary.error = RunStatus.FAILED, str(exc)
             self.log.error("job.failed", step="view", error=str(exc))
@@ -80,7 +87,7 @@ class MartJob:
     def _name(self, layer: Layer, name: str) -> str:
         return self.table.env.table_name(layer, name)
 
-    def _create_view(self) -> dict[str, int]:
+    def _build(self) -> dict[str, int]:
         fact_ref = self.spec.fact
         assert fact_ref is not None  # checked with the config
         fact = self._name(fact_ref.layer, fact_ref.table)
@@ -118,16 +125,67 @@ class MartJob:
                                  reason="Spark adds a dynamic pruning filter only when it "
                                         "broadcasts the dimension; filters on it will not "
                                         "prune the fact")
-        column_list = ", ".join(f"{alias_name} COMMENT {sql_string(comment)}"
-                                for _, alias_name, comment in columns)
         select = ", ".join(f"{expr} AS {alias_name}" for expr, alias_name, _ in columns)
+        query = f"SELECT {select} FROM {fact} f {' '.join(joins)}"
         comment = self.spec.description or f"{fact} joined to its dimensions"
-        self.spark.sql(
-            f"CREATE OR REPLACE VIEW {self.table.full_name} ({column_list}) "
-            f"COMMENT {sql_string(comment)} AS SELECT {select} FROM {fact} f {' '.join(joins)}")
         counts["columns"] = len(columns)
-        self.log.info("gold.mart.created", view=self.table.full_name, fact=fact, **counts)
+        if self.spec.materialize:
+            comments = {alias_name: text for _, alias_name, text in columns}
+            counts.update(self._materialize(query, fact, comment, comments))
+        else:
+            column_list = ", ".join(f"{alias_name} COMMENT {sql_string(text)}"
+                                    for _, alias_name, text in columns)
+            self.spark.sql(f"CREATE OR REPLACE VIEW {self.table.full_name} ({column_list}) "
+                           f"COMMENT {sql_string(comment)} AS {query}")
+        self.log.info("gold.mart.built", mart=self.table.full_name, fact=fact,
+                      materialized=self.spec.materialize, **counts)
         return counts
+
+    # ------------------------------------------------------------------ a materialized mart
+    def _materialize(self, query: str, fact: str, comment: str,
+                     comments: dict[str, str]) -> dict[str, int]:
+        """Write the join into a Delta table partitioned as the fact, rebuilding only the fact
+        partitions that changed since the last run (read from the fact's Delta log), or all
+        of it when a dimension changed, the fact's schema changed, or the log of the versions
+        in between is gone. The versions built from are kept in the table's properties,
+        written after the data: a run interrupted in between rebuilds the same partitions
+        again, with the same result."""
+        spark = self.spark
+        fact_detail = _detail(spark, fact)
+        partitions = list(fact_detail["partitionColumns"] or [])
+        dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
+        versions = {name: _version(spark, name) for name in [fact, *dims]}
+        mart = self.table.full_name
+        df = spark.sql(query)
+        schema = StructType([StructField(f.name, f.dataType, f.nullable,
+                                         {"comment": comments[f.name]}) for f in df.schema])
+        created = create_table(spark, mart, schema, self.table.location,
+                               partition_by=partitions, comment=comment)
+        built = {} if created else json.loads(_properties(spark, mart).get(VERSIONS, "{}"))
+        reason = _full_rebuild_reason(built, versions, fact, dims, partitions)
+        changed: list[tuple[str | None, ...]] | None = None
+        if reason is None:
+            changed = _changed_partitions(spark, fact_detail["location"], built[fact],
+                                          versions[fact], partitions)
+            if changed is None:
+                reason = "the fact's log between the versions is gone or its schema changed"
+        writer = df.write.format("delta").mode("overwrite")
+        if reason is not None:
+            writer.save(self.table.location)
+            self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)
+        elif changed:
+            condition = " OR ".join(
+                "(" + " AND ".join(f"{c} <=> {sql_string(v) if v is not None else 'NULL'}"
+                                   for c, v in zip(partitions, values, strict=True)) + ")"
+                for values in changed)
+            df.where(condition).write.format("delta").mode("overwrite") \
+                .option("replaceWhere", condition).save(self.table.location)
+        spark.sql(f"ALTER TABLE {mart} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
+                  f"{sql_string(json.dumps(versions, sort_keys=True))})")
+        self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
+                      full_rebuild=reason, partitions_rebuilt=changed)
+        return {"full_rebuild": int(reason is not None),
+                "partitions_rebuilt": len(changed or [])}
 
     def _join(self, dim: Dimension, name: str, alias: str) -> str:
         on = " AND ".join(f"f.{k} = {alias}.{k}" for k in dim.on)
@@ -144,6 +202,67 @@ class MartJob:
         broadcast threshold."""
         plan = self.spark.table(name)._jdf.queryExecution().optimizedPlan()
         return int(str(plan.stats().sizeInBytes()))
+
+
+def _detail(spark: SparkSession, name: str) -> dict[str, Any]:
+    row = spark.sql(f"DESCRIBE DETAIL {name}").first()
+    return row.asDict() if row is not None else {}
+
+
+def _version(spark: SparkSession, name: str) -> int | None:
+    """The table's current Delta version; None for a table that is not Delta."""
+    if _detail(spark, name).get("format") != "delta":
+        return None
+    row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+    return int(row["version"]) if row is not None else None
+
+
+def _properties(spark: SparkSession, name: str) -> dict[str, str]:
+    return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+
+
+def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int | None],
+                         fact: str, dims: list[str], partitions: list[str]) -> str | None:
+    if not built:
+        return "first build"
+    if not partitions:
+        return f"{fact} is not partitioned"
+    last, now = built.get(fact), versions[fact]
+    if last is None or now is None:
+        return f"no version of {fact} to start from"
+    if last > now:
+        return f"{fact} is older than the mart (restored?)"
+    for dim in dims:
+        if versions[dim] is None or built.get(dim) != versions[dim]:
+            return f"dimension {dim} changed"
+    return None
+
+
+def _changed_partitions(spark: SparkSession, location: str, since: int | None, until: int | None,
+                        columns: list[str]) -> list[tuple[str | None, ...]] | None:
+    """The partitions (values of ``columns``) that the fact's commits after ``since`` up to
+    ``until`` added or removed files in; None when a commit file is gone (log cleanup) or a
+    commit changed the table's metadata."""
+    if since is None or until is None:
+        return None
+    if until == since:
+        return []
+    log = location.rstrip("/") + "/_delta_log"
+    try:
+        actions = spark.read.json([f"{log}/{v:020d}.json" for v in range(since + 1, until + 1)])
+    except AnalysisException:
+        return None
+    if "metaData" in actions.columns and actions.where("metaData IS NOT NULL").count():
+        return None
+    changed: set[tuple[str | None, ...]] = set()
+    for action in ("add", "remove"):
+        if action not in actions.columns:
+            continue
+        rows = actions.where(f"{action} IS NOT NULL") \
+            .select(*[F.col(f"{action}.partitionValues.{c}").alias(c) for c in columns]) \
+            .distinct().collect()
+        changed.update(tuple(r[c] for c in columns) for r in rows)
+    return sorted(changed, key=str)
 
 
 def _bytes(value: str) -> int:

@@ -30,6 +30,7 @@ partitions (dynamic partition pruning) and the answer is never stale::
     fact: store_sales                   # gold.store_sales; or {table: ..., layer: silver}
     dimensions:
       - {table: stores, on: [store_id], columns: [region, city]}   # silver.stores
+    materialize: false                  # true: a Delta table, rebuilt incrementally each run
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ class GoldTableSpec(TableSpec):
     # mart
     fact: TableRef | None = None
     dimensions: list[Dimension] = Field(default_factory=list)
+    materialize: bool = False  # a Delta table rebuilt incrementally instead of a view
 
     @field_validator("source", mode="before")
     @classmethod
@@ -218,7 +220,7 @@ class GoldTableSpec(TableSpec):
                 problem("dimensions", "expected at least one dimension to join, found none")
             for key in ("source", "window", "watermark", "event_time"):
                 if getattr(self, key) is not None:
-                    problem(key, f"expected no {key} on a mart (it is a view over its fact), "
+                    problem(key, f"expected no {key} on a mart (it is built from its fact), "
                             f"found {getattr(self, key)!r}")
             if self.aggregates or self.group_by or self.partition_by:
                 problem("kind", "expected no aggregates, group_by or partition_by on a mart "
@@ -230,9 +232,9 @@ class GoldTableSpec(TableSpec):
                 problem(key, f"expected {key} on an aggregate, found none")
         if not self.aggregates:
             problem("aggregates", "expected at least one aggregate, found none")
-        if self.fact is not None or self.dimensions:
-            problem("fact", "expected fact and dimensions only on kind: mart, found them on an "
-                    "aggregate")
+        if self.fact is not None or self.dimensions or self.materialize:
+            problem("fact", "expected fact, dimensions and materialize only on kind: mart, "
+                    "found them on an aggregate")
         if (self.window is not None and self.window.type is WindowType.SESSION
                 and self.output_mode is OutputMode.UPDATE):
             problem("output_mode", "expected output_mode append for a session window (a "
