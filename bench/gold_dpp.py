@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000_000)
     parser.add_argument("--stores", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--files-per-partition", type=int, default=4,
+                        help="files in each partition (a fact built by micro-batches has many)")
     args = parser.parse_args()
 
     lake = BenchLakehouse("gold-dpp", shuffle_partitions=4)
@@ -103,7 +105,8 @@ def main() -> None:
          ((F.col("id") * 13) % 500 / 100).cast("decimal(12,2)").alias("discount"),
          (((F.col("id") % 9) + 1) * ((F.col("id") * 7919) % 10_000) / 100)
          .cast("decimal(14,2)").alias("amount"))
-     .repartition(args.stores, "store_id")
+     .repartition(args.stores * args.files_per_partition, "store_id",
+                  F.abs(F.hash("order_id")) % args.files_per_partition)
      .write.format("delta").partitionBy("store_id").option("path", fact.location)
      .saveAsTable(fact.full_name))
     (spark.range(args.stores)

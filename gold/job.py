@@ -9,10 +9,12 @@ the spec's keys:
 - ``output_mode: update`` merges every window each batch it changes, by window and keys; the
   MERGE sets the window's current values, so a replayed batch writes the same row again.
 
-Rows whose window was already finalised when they arrive (event time behind the watermark) are
-excluded by Spark and counted from the state operator's metrics (``late_groups_dropped``: Spark
-counts them after the partial aggregation of the batch, so several late rows of one window and
-key in one batch count once).
+Late rows: Spark keeps two watermarks per micro-batch, the previous batch's for late rows and
+the current one for finalising windows. A row whose window ended at or before the previous
+batch's watermark is excluded and counted from the state operator's metrics
+(``late_groups_dropped``: Spark counts after the batch's partial aggregation, so several late
+rows of one window and key in one batch count once). A row a little less late still counts
+into its window, even if that window is finalised in the same batch.
 
 A mart is a catalog view of the fact joined to its dimensions (see :mod:`gold.spec`).
 """
