@@ -9,7 +9,7 @@ query filters
 the dimension (``WHERE region = 'north'``) and aggregates a month of the fact per city and
 channel (counts, sums, an average, the last hour):
 
-    python bench/gold_dpp.py [--rows 50000000] [--stores 100] [--repeat 3]
+    python bench/gold_dpp.py [--rows 50000000] [--stores 100] [--repeat 3] [--files-per-partition 1]
 
 Both settings run alternately after a warm-up of each; times are medians. The files read
 come from the scan's SQL metrics (``framework.pruning.explain_pruning``). The last line is one
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000_000)
     parser.add_argument("--stores", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--files-per-partition", type=int, default=4,
+    parser.add_argument("--files-per-partition", type=int, default=1,
                         help="files in each partition (a fact built by micro-batches has many)")
     args = parser.parse_args()
 
