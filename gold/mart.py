@@ -74,16 +74,16 @@ class MartJob:
             summary.counts = self._build()
         except MedallionError as exc:
             summary.status, summary.error = RunStatus.FAILED, str(exc)
-            self.log.error("job.failed", step="view", error=str(exc))
+            self.log.error("job.failed", step="mart", error=str(exc))
         except Exception as exc:
-            error = JobError(self.table.full_name, "view", exc)
+            error = JobError(self.table.full_name, "mart", exc)
             summary.status, summary.error = RunStatus.FAILED, str(error)
-            self.log.error("job.failed", step="view", error=str(error))
+            self.log.error("job.failed", step="mart", error=str(error))
         summary.duration_s = time.monotonic() - started
         self.log.info("job.finished", status=summary.status.value, counts=summary.counts)
         return summary
 
-    # ------------------------------------------------------------------ the view
+    # ------------------------------------------------------------------ the join
     def _name(self, layer: Layer, name: str) -> str:
         return self.table.env.table_name(layer, name)
 
@@ -107,11 +107,11 @@ class MartJob:
                                      and not c.startswith("_")]
             for c in wanted:
                 if c not in described:
-                    raise JobError(self.table.full_name, "view",
+                    raise JobError(self.table.full_name, "mart",
                                    f"expected column {c} in {name} (columns: "
                                    f"{', '.join(described)}), found none")
                 if c in taken:
-                    raise JobError(self.table.full_name, "view",
+                    raise JobError(self.table.full_name, "mart",
                                    f"expected dimension columns not already in the mart, "
                                    f"found {c} in {name} and in an earlier table")
                 taken.add(c)
@@ -194,7 +194,7 @@ class MartJob:
 
     def _require(self, name: str) -> None:
         if not self.spark.catalog.tableExists(name):
-            raise JobError(self.table.full_name, "view",
+            raise JobError(self.table.full_name, "mart",
                            f"expected table {name} to exist, found none (run its layer first)")
 
     def _size(self, name: str) -> int:
