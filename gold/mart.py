@@ -154,7 +154,8 @@ class MartJob:
         fact_detail = _detail(spark, fact)
         partitions = list(fact_detail["partitionColumns"] or [])
         dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
-        versions = {name: _version(spark, name) for name in [fact, *dims]}
+        versions = {fact: _version(spark, fact, fact_detail),
+                    **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
         df = spark.sql(query)
         schema = StructType([StructField(f.name, f.dataType, f.nullable,
@@ -209,9 +210,10 @@ def _detail(spark: SparkSession, name: str) -> dict[str, Any]:
     return row.asDict() if row is not None else {}
 
 
-def _version(spark: SparkSession, name: str) -> int | None:
+def _version(spark: SparkSession, name: str,
+             detail: dict[str, Any] | None = None) -> int | None:
     """The table's current Delta version; None for a table that is not Delta."""
-    if _detail(spark, name).get("format") != "delta":
+    if (detail if detail is not None else _detail(spark, name)).get("format") != "delta":
         return None
     row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
     return int(row["version"]) if row is not None else None
