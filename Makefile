@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	$(BIN)/python -m framework.session   # resolve and cache Delta's jars from Maven Central
 	touch $(STAMP)
 

@@ -225,6 +225,7 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.batches: list[BatchCounts] = []
+        self.records_by_batch: dict[int, int] = {}
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ steps
@@ -335,6 +336,7 @@ class BronzeJob(StreamingJob):
                 f"{counts.quarantined} in quarantine",
             )
         self.batches.append(counts)
+        self.records_by_batch[batch_id] = counts.records
         log.info(
             "bronze.batch.committed",
             records=counts.records,
@@ -343,6 +345,9 @@ class BronzeJob(StreamingJob):
             files=counts.files,
             failed_files=counts.failed_files,
         )
+
+    def batch_rows(self, progress: BatchProgress) -> int:
+        return self.records_by_batch.get(progress.batch_id, progress.input_rows)
 
     def _broken_files(self, files: dict[str, str]) -> dict[str, str]:
         """Files that cannot be read whole (empty, broken compression, bad parquet footer)."""

@@ -34,7 +34,8 @@ def _common() -> argparse.ArgumentParser:
         help="auto: readable on a terminal, JSON otherwise",
     )
     common.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level", choices=["debug", "info", "warning", "error"],
+        help="default: info; warning for the demo, whose progress lines say what happens"
     )
     return common
 
@@ -80,10 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_sql)
 
     p = sub.add_parser("demo", parents=[common], help="generate a sample feed and run it",
-                       description="Generate a small, dirty retail feed in the local lakehouse "
-                       "and run every configured layer on it, then print the summary.")
+                       description="Generate a dirty retail feed (duplicates, re-delivered "
+                       "files, late events, malformed lines, an extra column, an unreadable "
+                       "file) in the local lakehouse once, run bronze, silver and gold on it "
+                       "and print what each layer did and a gold query that prunes.")
     p.add_argument("--fresh", action="store_true", help="delete the lakehouse root first")
-    p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
+    p.add_argument("--orders", type=int, default=500_000,
+                   help="orders in the generated feed (default 500000)")
+    p.add_argument("--files", type=int, default=100,
+                   help="landing files they are spread over (default 100)")
+    p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON here")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("optimize", parents=[common], help="compact and lay out a Delta table",
@@ -106,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_format, args.log_level)
+    level = args.log_level or ("warning" if args.command == "demo" else "info")
+    configure_logging(args.log_format, level)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
@@ -144,8 +152,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.job import RunContext, RunStatus, TriggerPolicy
-    from framework.runner import run_tables, select_tables
+    from framework.job import RunStatus
+    from framework.runner import select_tables
 
     project = _project(args)
     layer = None if args.layer == "all" else Layer(args.layer)
@@ -153,22 +161,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not tables:
         print(f"no tables configured for layer {args.layer!r}", file=sys.stderr)
         return EXIT_CONFIG
-    ctx = RunContext(
-        trigger=TriggerPolicy(continuous=args.continuous, interval=project.env.processing_interval)
-    )
-    spark = _spark(project, f"medallion-{args.layer}")
-    with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT):
-        summary = run_tables(spark, project, tables, ctx)
+    summary = _run(project, tables, args.continuous, f"medallion-{args.layer}")
     print(summary.render())
     if args.summary:
-        with open(args.summary, "w", encoding="utf-8") as fh:
-            json.dump(summary.to_dict(), fh, indent=2)
+        _write_json(args.summary, summary.to_dict())
     return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
+
+
+def _run(project: ProjectConfig, tables: Sequence[Any], continuous: bool, app: str,
+         watch: Callable[..., None] | None = None) -> Any:
+    """Run ``tables`` in order; SIGTERM/SIGINT stop them at a batch boundary."""
+    import contextlib
+
+    from framework.job import RunContext, TriggerPolicy
+    from framework.listener import ProgressListener
+    from framework.runner import run_tables
+
+    ctx = RunContext(
+        trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval)
+    )
+    spark = _spark(project, app)
+    watching = (ProgressListener.install(spark).watching(watch) if watch
+                else contextlib.nullcontext())
+    with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
+        return run_tables(spark, project, tables, ctx)
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from framework import demo
     from framework.config.model import Runtime
+    from framework.job import RunStatus
+    from framework.runner import select_tables
 
     project = _project(args)
     if project.env.runtime not in (Runtime.LOCAL, Runtime.AUTO) or "://" in project.env.root:
@@ -177,19 +205,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.fresh:
         demo.reset(project)
-    written = demo.generate(project)
-    print(f"lakehouse: {project.env.root} ({written} landing files generated)")
-    args.layer, args.table, args.continuous = "all", [], False
-    code = cmd_run(args)
-    if code == EXIT_OK:
-        spark = _spark(project, "medallion-demo")
-        orders = project.table("orders", Layer.BRONZE)
-        print("\nquarantined records (first 5):")
-        rows = spark.sql(
-            f"SELECT _reason, substr(_raw, 1, 50) AS raw FROM {orders.qualified('quarantine')} "
-            "LIMIT 5").collect()
-        _print_table(["reason", "raw"], [list(r) for r in rows])
-    return code
+    try:
+        feed, generated = demo.generate(project, orders=args.orders, files=args.files)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"lakehouse: {project.env.root}: "
+          + (f"generated {feed.files} order files ({feed.records:,} lines)" if generated else
+             "feed generated by an earlier run; running again ingests nothing new"), flush=True)
+    print("running bronze, silver and gold (availableNow); a line per micro-batch:", flush=True)
+    if args.log_level is None:  # Spark's own warnings would bury the progress lines
+        _spark(project, "medallion-demo").sparkContext.setLogLevel("ERROR")
+    summary = _run(project, select_tables(project, None), False, "medallion-demo",
+                   watch=_print_progress)
+    result = demo.summarize(_spark(project, "medallion-demo"), project, summary.to_dict(),
+                            feed, generated)
+    print()
+    print(demo.render(result))
+    if summary.status is not RunStatus.SUCCEEDED:
+        print()
+        print(summary.render())
+    if args.summary:
+        _write_json(args.summary, result)
+    return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
+
+
+def _print_progress(query: str | None, batch: Any, rows: int) -> None:
+    seconds = batch.duration_ms.get("triggerExecution", 0) / 1000
+    rate = f"{rows / seconds:>9,.0f} rows/s" if seconds else ""
+    print(f"  {query or '?':<22} batch {batch.batch_id:>3}  {rows:>9,} rows  {seconds:6.1f} s"
+          f"  {rate}", flush=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

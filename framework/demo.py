@@ -1,71 +1,300 @@
-"""The end-to-end demo on the local default: a small, dirty retail feed through bronze.
+"""The end-to-end demo on the local default: a realistic, dirty retail feed through every layer.
 
-Files are generated once, with fixed names: a second run finds them ingested (in the archive)
-and adds nothing; ``--fresh`` deletes the lakehouse root and starts over.
+:func:`generate` writes the landing feed once (its manifest, :class:`Feed`, is kept under the
+root, so a second run finds it, generates nothing and ingests nothing new); ``--fresh`` deletes
+the lakehouse root first. The orders feed holds, besides the plain events:
+
+* **duplicate events**: a till re-sends some events a few minutes later, in the same file;
+* **re-delivered files**: two files are exported again, under new names, right after the next;
+* **late events**: an offline till uploads its first six hours of orders after everything;
+* **malformed lines**: a truncated JSON object and an HTML error page in every tenth file;
+* **rejected events**: orders with a quantity of 0, which silver's expectation quarantines;
+* **an extra column**: one file carries a ``coupon`` key the schema does not know (rescued);
+* **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine).
+
+Event times advance by four hours a file, so the events of the ten files bronze takes per
+micro-batch span less than silver's deduplication delay (two days): a re-delivered file's
+events are duplicates, not late rows; the offline till's events are far behind the watermark
+(Spark drops a row as late by the watermark of the batch before, which the first 30 files
+advance past them).
+:func:`summarize` gathers what each layer did and what its tables hold.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import random
 import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from framework.config.model import ProjectConfig
+from framework.config.model import Layer, ProjectConfig
+from framework.errors import ConfigError
 
-ORDER_FILES = 20
-ORDERS_PER_FILE = 500
+MANIFEST = ".demo-feed.json"
+FIRST_EVENT = datetime(2026, 11, 1, tzinfo=UTC)
+FILE_SPAN = timedelta(hours=4)
+STORES = 12
+CUSTOMERS = 200
+REGIONS = ("north", "south", "east", "west")
 
 
-def generate(project: ProjectConfig, seed: int = 7) -> int:
-    """Write the demo's landing files unless they were written before; returns files written."""
+@dataclass
+class Feed:
+    """What the generated orders feed holds; the figures the layers must account for."""
+
+    files: int = 0  # landing files of the orders feed, the unreadable one included
+    records: int = 0  # lines in the readable files: what bronze must account for
+    events: int = 0  # distinct, well-formed orders
+    duplicate_events: int = 0  # lines repeating an event of the same file
+    redelivered_files: list[str] = field(default_factory=list)
+    redelivered_records: int = 0
+    late_events: int = 0
+    malformed_lines: int = 0
+    rejected_events: int = 0  # quantity 0
+    extra_column_file: str = ""
+    unreadable_file: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def generate(project: ProjectConfig, orders: int = 500_000, files: int = 100,
+             seed: int = 7) -> tuple[Feed, bool]:
+    """Write the demo's landing files unless they were written before.
+
+    Returns the feed's manifest and whether it was generated now.
+    """
+    if files < 30 or orders < files * 10:
+        # fewer files span too little event time for the offline till's orders to be late
+        raise ConfigError(f"expected at least 30 files of at least 10 orders each, found "
+                          f"{orders} orders over {files} files")
     root = Path(project.env.root)
-    marker = root / ".demo-generated"
-    if marker.exists():
-        return 0
+    manifest = root / MANIFEST
+    if manifest.exists():
+        return Feed(**json.loads(manifest.read_text())), False
     rng = random.Random(seed)
-    orders = root / "landing" / "orders"
-    orders.mkdir(parents=True, exist_ok=True)
-    written = 0
-    for f in range(ORDER_FILES):
-        lines = []
-        for i in range(ORDERS_PER_FILE):
-            n = f * ORDERS_PER_FILE + i
-            record = {
-                "order_id": f"o{n:07d}",
-                "customer_id": f"c{rng.randrange(200):04d}",
-                "store_id": f"s{rng.randrange(12):02d}",
-                "event_time": f"2026-11-{1 + n % 20:02d}T{n % 24:02d}:{n % 60:02d}:00Z",
-                "quantity": rng.randint(1, 5),
-                "unit_price": f"{rng.uniform(1, 80):.2f}",
-                "status": rng.choice(["new", "paid", "shipped"]),
-            }
-            if f == 3 and i < 25:
-                record["coupon"] = f"SAVE{i}"  # a column the schema does not know: rescued
-            lines.append(json.dumps(record))
-        if f == 5:
-            lines[10] = '{"order_id": "o-broken", "quantity": '  # truncated line
-            lines[20] = "<html>gateway timeout</html>"  # not JSON at all
-        (orders / f"orders-{f:04d}.json").write_text("\n".join(lines) + "\n")
-        written += 1
-    (orders / "orders-empty.json").write_bytes(b"")  # an unreadable (empty) file
-    customers = root / "landing" / "customers"
-    customers.mkdir(parents=True, exist_ok=True)
-    rows = ["customer_id,name,segment,country,updated_at"]
-    rows += [f"c{c:04d},Customer {c},{rng.choice(['retail', 'business'])},"
-             f"{rng.choice(['NL', 'DE', 'FR', 'BE'])},2026-10-01T00:00:00Z" for c in range(200)]
-    rows.append("c9999,Bad Row,retail,NL,not-a-timestamp,extra")  # does not fit: quarantined
-    (customers / "customers.csv").write_text("\n".join(rows) + "\n")
-    stores = root / "landing" / "stores"
-    stores.mkdir(parents=True, exist_ok=True)
-    (stores / "stores.json").write_text("\n".join(
-        json.dumps({"store_id": f"s{s:02d}", "name": f"Store {s}",
-                    "region": ["north", "south", "east", "west"][s % 4],
-                    "opened_on": f"20{10 + s}-03-01"}) for s in range(12)) + "\n")
-    marker.touch()
-    return written + 3
+    landing = root / "landing"
+    feed = _orders(landing / "orders", orders, files, rng)
+    _customers(landing / "customers", rng)
+    _stores(landing / "stores")
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps(feed.to_dict(), indent=2))
+    return feed, True
 
 
 def reset(project: ProjectConfig) -> None:
     """Delete the local lakehouse root (``--fresh``)."""
     shutil.rmtree(project.env.root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- the feed
+class _Delivery:
+    """Writes landing files one after another, each one second newer than the last, so the
+    file source takes them in delivery order."""
+
+    def __init__(self, folder: Path, count: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.mtime = time.time() - count - 10
+
+    def write(self, name: str, data: bytes) -> str:
+        path = self.folder / name
+        path.write_bytes(data)
+        self.mtime += 1
+        os.utime(path, (self.mtime, self.mtime))
+        return name
+
+
+def _lines(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
+    feed = Feed()
+    delivery = _Delivery(folder, files + 4)
+    per_file = orders // files
+    redeliver = {files // 3, (2 * files) // 3}
+    extra_column = 2
+    sent: dict[int, list[str]] = {}
+    n = 0
+    for f in range(files):
+        count = per_file + (orders - per_file * files if f == files - 1 else 0)
+        start = FIRST_EVENT + f * FILE_SPAN
+        offsets = sorted(rng.randrange(int(FILE_SPAN.total_seconds())) for _ in range(count))
+        lines = []
+        for offset in offsets:
+            event = _order(n, start + timedelta(seconds=offset), rng)
+            n += 1
+            if event["quantity"] == 0:
+                feed.rejected_events += 1
+            if f == extra_column:
+                event["coupon"] = f"AUTUMN{rng.randrange(10, 30)}"
+            lines.append(json.dumps(event))
+        feed.events += count
+        # a till retries about one event in a hundred a little later
+        for _ in range(count // 100):
+            i = rng.randrange(len(lines))
+            lines.insert(min(len(lines), i + rng.randrange(1, 20)), lines[i])
+            feed.duplicate_events += 1
+        if f % 10 == 5 and f not in redeliver:
+            lines.insert(len(lines) // 3, lines[0][: len(lines[0]) // 2])  # cut short
+            lines.insert(2 * len(lines) // 3, "<html><body>504 Gateway Timeout</body></html>")
+            feed.malformed_lines += 2
+        name = delivery.write(f"orders-{f:05d}.json", _lines(lines))
+        feed.records += len(lines)
+        if f == extra_column:
+            feed.extra_column_file = name
+        sent[f] = lines
+        if f - 1 in redeliver:  # the export of f - 1 is re-sent after f
+            again = delivery.write(f"orders-{f - 1:05d}-resent.json", _lines(sent[f - 1]))
+            feed.redelivered_files.append(again)
+            feed.redelivered_records += len(sent[f - 1])
+            feed.records += len(sent[f - 1])
+        sent.pop(f - 2, None)
+    # an offline till uploads its first six hours last: far behind every watermark
+    late = max(20, orders // 1000)
+    lines = [json.dumps(_order(n + i, FIRST_EVENT + timedelta(seconds=rng.randrange(21_600)),
+                               rng, quantity=rng.randint(1, 5))) for i in range(late)]
+    delivery.write("orders-till-offline.json", _lines(lines))
+    feed.late_events = late
+    feed.records += late
+    # a gzip file cut short in transfer: nothing in it can be read
+    whole = gzip.compress(_lines([json.dumps(_order(n + late + i, FIRST_EVENT, rng))
+                                  for i in range(100)]))
+    feed.unreadable_file = delivery.write(f"orders-{files:05d}.json.gz", whole[:20])
+    feed.files = files + len(redeliver) + 2
+    return feed
+
+
+def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None) -> dict[str, Any]:
+    return {
+        "order_id": f"o{n:08d}",
+        "customer_id": f"c{rng.randrange(CUSTOMERS):04d}",
+        "store_id": f"s{rng.randrange(STORES):02d}",
+        "event_time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quantity": quantity if quantity is not None else
+        (0 if rng.random() < 0.001 else rng.randint(1, 5)),
+        "unit_price": f"{rng.uniform(1, 80):.2f}",
+        "status": rng.choices(["new", "paid", "shipped", "refunded"], [30, 40, 29.9, 0.1])[0],
+    }
+
+
+def _customers(folder: Path, rng: random.Random) -> None:
+    rows = ["customer_id,name,segment,country,updated_at"]
+    rows += [f"c{c:04d},Customer {c},{rng.choice(['retail', 'business'])},"
+             f"{rng.choice(['NL', 'DE', 'FR', 'BE'])},2026-10-01T00:00:00Z"
+             for c in range(CUSTOMERS)]
+    rows.append("c9999,Bad Row,retail,NL,not-a-timestamp,extra")  # does not fit: quarantined
+    _Delivery(folder, 1).write("customers.csv", _lines(rows))
+
+
+def _stores(folder: Path) -> None:
+    _Delivery(folder, 1).write("stores.json", _lines([
+        json.dumps({"store_id": f"s{s:02d}", "name": f"Store {s}", "region": REGIONS[s % 4],
+                    "opened_on": f"20{10 + s}-03-01"}) for s in range(STORES)]))
+
+
+# ---------------------------------------------------------------------- the summary
+COLUMNS = ("rows", "added", "quarantined", "duplicates_dropped", "late_rows_dropped",
+           "files_archived")
+PRUNING_QUERY = ("SELECT window_date, name, region, orders, items, revenue FROM {mart} "
+                 "WHERE region = 'north' ORDER BY window_date DESC, name LIMIT 5")
+
+
+def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Feed,
+              generated: bool) -> dict[str, Any]:
+    """What the demo did, for a person and as JSON: the feed, per layer and table the rows it
+    holds and what this run added, quarantined, dropped and archived, and a gold query that
+    prunes, with its rows and what it read."""
+    from framework.pruning import explain_pruning
+
+    by_table = {t["table"]: t for t in run["tables"]}
+    layers: dict[str, dict[str, Any]] = {}
+    for table in sorted(project.tables, key=lambda t: list(Layer).index(t.layer)):
+        if table.layer is Layer.GOLD and getattr(table.spec, "kind", "") == "mart":
+            continue  # a view over its fact: nothing of its own to count
+        done = by_table.get(table.full_name, {})
+        counts = done.get("counts", {})
+        figures = {
+            "rows": spark.table(table.full_name).count()
+            if spark.catalog.tableExists(table.full_name) else 0,
+            "added": done.get("rows_out", 0),
+            "quarantined": counts.get("quarantined_rows", 0),
+            "duplicates_dropped": counts.get("duplicates_dropped", 0),
+            "late_rows_dropped": counts.get("late_rows_dropped",
+                                            counts.get("late_groups_dropped", 0)),
+            "files_archived": counts.get("files_archived", 0),
+        }
+        if "files_quarantined" in counts:
+            figures["files_quarantined"] = counts["files_quarantined"]
+        layers.setdefault(table.layer.value, {})[table.name] = figures
+    summary: dict[str, Any] = {
+        "root": project.env.root,
+        "feed": {"generated_now": generated, **feed.to_dict()},
+        "status": run["status"],
+        "duration_s": run["duration_s"],
+        "layers": layers,
+        "run": run,
+    }
+    marts = [t for t in project.of_layer(Layer.GOLD) if getattr(t.spec, "kind", "") == "mart"]
+    if marts and run["status"] == "succeeded":
+        sql = PRUNING_QUERY.format(mart=marts[0].full_name)
+        df = spark.sql(sql)
+        evidence = explain_pruning(spark, sql)
+        summary["query"] = {
+            "sql": sql,
+            "columns": df.columns,
+            "rows": [[_plain(v) for v in r] for r in df.collect()],
+            "pruning": evidence.to_dict(),
+        }
+    return summary
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, int | float | str | type(None)) else str(value)
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as text for a terminal."""
+    from framework.text import render_table
+
+    feed = summary["feed"]
+    out = [
+        f"feed: {feed['files']} order files, {feed['records']:,} lines: {feed['events']:,} "
+        f"orders, {feed['duplicate_events']:,} duplicate events, "
+        f"{len(feed['redelivered_files'])} re-delivered files ({feed['redelivered_records']:,} "
+        f"lines), {feed['late_events']:,} late events, {feed['malformed_lines']} malformed "
+        f"lines, {feed['rejected_events']} orders of quantity 0, an extra column in "
+        f"{feed['extra_column_file']}, unreadable {feed['unreadable_file']}"
+        + ("" if feed["generated_now"] else " (generated by an earlier run)"),
+        "",
+    ]
+    header = ("table", "rows", "added", "quarantined", "duplicates dropped",
+              "late rows dropped", "files archived")
+    rows = []
+    for layer, tables in summary["layers"].items():
+        for name, f in tables.items():
+            archived = str(f["files_archived"])
+            if f.get("files_quarantined"):
+                archived += f" (+{f['files_quarantined']} quarantined)"
+            rows.append((f"{layer}.{name}", f"{f['rows']:,}", f"{f['added']:,}",
+                         f"{f['quarantined']:,}", f"{f['duplicates_dropped']:,}",
+                         f"{f['late_rows_dropped']:,}", archived))
+    out.append(render_table(header, rows, sep="  "))
+    query = summary.get("query")
+    if query:
+        out += ["", f"gold query: {query['sql']}",
+                render_table(query["columns"], [[str(v) for v in r] for r in query["rows"]])]
+        for scan in query["pruning"]["scans"]:
+            if scan["partitions_total"]:
+                out.append(f"  {scan['table']}: read {scan['partitions_read']} of "
+                           f"{scan['partitions_total']} partitions, {scan['files_read']} of "
+                           f"{scan['files_total']} files"
+                           + (" (dynamic partition pruning)" if scan["dynamic_pruning"] else ""))
+    return "\n".join(out)

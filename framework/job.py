@@ -317,11 +317,16 @@ class StreamingJob(ABC):
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
-        self.listener.register(self.query_name, self.log)
+        self.listener.register(self.query_name, self.log, self.batch_rows)
         query = self._step("start", writer.queryName(self.query_name).start)
         self.writer_id = str(query.id)
         self.on_started(query)
         return query
+
+    def batch_rows(self, progress: BatchProgress) -> int:
+        """A batch's input rows, for progress lines: Spark's figure unless the job reads its
+        batch more than once (Spark counts the source's rows once per action)."""
+        return progress.input_rows
 
     def on_started(self, query: StreamingQuery) -> None:  # noqa: B027 (an optional hook)
         """Called once the query has started (its id is known); nothing by default."""

@@ -7,8 +7,10 @@ logger that carries their context (layer, table, run_id); each progress report b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +96,8 @@ class ProgressListener(StreamingQueryListener):
         self._progress: dict[str, list[BatchProgress]] = {}  # by run id
         self._terminated: set[str] = set()
         self._names: dict[str, str | None] = {}  # query run id -> query name
+        self._watchers: list[Callable[[str | None, BatchProgress, int], None]] = []
+        self._rows: dict[str, Callable[[BatchProgress], int]] = {}  # query name -> counter
 
     @classmethod
     def install(cls, spark: SparkSession) -> ProgressListener:
@@ -108,10 +112,29 @@ class ProgressListener(StreamingQueryListener):
             return listener
 
     # ------------------------------------------------------------------ registration
-    def register(self, query_name: str, log: Any) -> None:
-        """Events of the query named ``query_name`` carry ``log``'s bound context."""
+    def register(self, query_name: str, log: Any,
+                 rows: Callable[[BatchProgress], int] | None = None) -> None:
+        """Events of the query named ``query_name`` carry ``log``'s bound context; ``rows``
+        gives a batch's input rows when the job knows them better than Spark (which counts a
+        source's rows once per action on the batch)."""
         with self._cond:
             self._loggers[query_name] = log
+            if rows is not None:
+                self._rows[query_name] = rows
+
+    @contextlib.contextmanager
+    def watching(
+        self, callback: Callable[[str | None, BatchProgress, int], None]
+    ) -> Iterator[None]:
+        """Call ``callback(query_name, progress, input_rows)`` for each batch reported while
+        inside (the demo's progress lines); a failing callback is logged, never raised."""
+        with self._cond:
+            self._watchers.append(callback)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._watchers.remove(callback)
 
     def progress(self, run_id: str) -> list[BatchProgress]:
         with self._cond:
@@ -151,6 +174,14 @@ class ProgressListener(StreamingQueryListener):
             self._progress.setdefault(str(p.runId), []).append(batch)
             self._cond.notify_all()
         self._log(p.name).info("stream.batch.progress", **batch.event_fields())
+        with self._cond:
+            watchers = list(self._watchers)
+            counter = self._rows.get(p.name or "")
+        for watcher in watchers:
+            try:
+                watcher(p.name, batch, counter(batch) if counter else batch.input_rows)
+            except Exception as exc:  # a display must not break the stream
+                self._log(p.name).warning("stream.progress.watcher_failed", error=str(exc))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
