@@ -169,6 +169,32 @@ READERS: dict[SourceFormat, Callable[[BronzeJob, DataStreamReader, StructType], 
 }
 
 
+# ---------------------------------------------------------------------- landing files
+def settle_file(storage: Any, path: str, status: str, mode: CleanSource,
+                archive_dir: str, quarantine_dir: str) -> tuple[str, str | None] | None:
+    """Move an ingested file to the archive (or delete it), or a failed one to the quarantine
+    folder; returns its new status and location, or None if it is not there (yet).
+
+    Safe to repeat: a file already moved (by Spark's cleanSource or an interrupted earlier
+    call) is recognised at its target.
+    """
+    archived_at = archive_target(archive_dir, path)
+    if status == FileStatus.FAILED:
+        target = archive_target(quarantine_dir, path)
+        source = path if storage.exists(path) else archived_at
+        if storage.exists(source) and not storage.exists(target):
+            storage.move(source, target)
+        return (FileStatus.QUARANTINED, target) if storage.exists(target) else None
+    if mode is CleanSource.ARCHIVE:
+        if storage.exists(path) and not storage.exists(archived_at):
+            storage.move(path, archived_at)
+        return (FileStatus.ARCHIVED, archived_at) if storage.exists(archived_at) else None
+    if mode is CleanSource.DELETE:
+        storage.delete(path)
+        return FileStatus.DELETED, None
+    return None
+
+
 # ---------------------------------------------------------------------- unreadable files
 def unreadable_reason(storage: Any, path: str, size: int, fmt: SourceFormat) -> str | None:
     """Why a file cannot be read, from the file itself (empty, broken compression, bad
@@ -214,7 +240,7 @@ class BronzeJob(StreamingJob):
         super().__init__(*args, **kwargs)
         self.spec = cast(BronzeTableSpec, self.table.spec)
         self.landing = self.spec.landing(self.table)
-        self.storage = storage_for(self.landing)
+        self.storage = storage_for(self.landing, self.table.env)
         self.quarantine_table = self.table.qualified("quarantine")
         self.ledger_table = self.table.qualified("files")
         # Appends and reads go by location: through the Hive metastore a small Delta append
@@ -298,7 +324,8 @@ class BronzeJob(StreamingJob):
         log = self.log.bind(batch_id=batch_id)
         spark = batch.sparkSession
         files = {
-            local_path(p): p for p in batch_source_files(self.table.checkpoint, batch_id)
+            local_path(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
+                                                          env=self.table.env)
         }
         broken = self._broken_files(files)  # found from the files themselves, before writing
         df = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
@@ -479,7 +506,7 @@ class BronzeJob(StreamingJob):
         Safe to repeat: a file already moved (by Spark's cleanSource or an interrupted earlier
         reconcile) is recognised at its target and only its ledger status is brought up to date.
         """
-        committed = last_committed_batch(self.table.checkpoint)
+        committed = last_committed_batch(self.table.checkpoint, self.table.env)
         ledger = DeltaTable.forPath(self.spark, self.locations[self.ledger_table])
         pending = (
             ledger.toDF()
@@ -494,27 +521,12 @@ class BronzeJob(StreamingJob):
         updates: list[tuple[Any, ...]] = []
         counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0}
         for row in pending:
-            path = row["path"]
-            archived_at = archive_target(archive_dir, path)
-            if row["status"] == FileStatus.FAILED:
-                target = archive_target(quarantine_dir, path)
-                source = path if self.storage.exists(path) else archived_at
-                if self.storage.exists(source) and not self.storage.exists(target):
-                    self.storage.move(source, target)
-                if self.storage.exists(target):
-                    updates.append((path, row["batch_id"], FileStatus.QUARANTINED, target))
-                    counted["files_quarantined"] += 1
-                continue
-            if mode is CleanSource.ARCHIVE:
-                if self.storage.exists(path) and not self.storage.exists(archived_at):
-                    self.storage.move(path, archived_at)
-                if self.storage.exists(archived_at):
-                    updates.append((path, row["batch_id"], FileStatus.ARCHIVED, archived_at))
-                    counted["files_archived"] += 1
-            elif mode is CleanSource.DELETE:
-                self.storage.delete(path)
-                updates.append((path, row["batch_id"], FileStatus.DELETED, None))
-                counted["files_deleted"] += 1
+            settled = settle_file(self.storage, row["path"], row["status"], mode, archive_dir,
+                                  quarantine_dir)
+            if settled is not None:
+                status, location = settled
+                updates.append((row["path"], row["batch_id"], status, location))
+                counted[f"files_{status}"] += 1
         if updates:
             now = datetime.now(UTC).replace(tzinfo=None)
             schema = "path STRING, batch_id BIGINT, status STRING, location STRING"

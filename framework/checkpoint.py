@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from framework.storage import storage_for
 
+if TYPE_CHECKING:
+    from framework.config.model import Environment
 
-def last_committed_batch(checkpoint: str) -> int:
+
+def last_committed_batch(checkpoint: str, env: Environment | None = None) -> int:
     """The highest batch id in the checkpoint's commit log, or -1 when none committed.
 
     A batch id is in ``commits/`` only once its sink write succeeded; batches are committed in
     order, so every id up to this one is committed too.
     """
-    return _last_logged(checkpoint.rstrip("/") + "/commits")
+    return _last_logged(checkpoint.rstrip("/") + "/commits", env)
 
 
-def last_planned_batch(checkpoint: str) -> int:
+def last_planned_batch(checkpoint: str, env: Environment | None = None) -> int:
     """The highest batch id in the checkpoint's offset log, or -1 when none was planned.
 
     A batch is planned (its offsets written) before it runs. A planned batch that is not
     committed ran, wholly or in part, before the query stopped: the next start runs it again.
     """
-    return _last_logged(checkpoint.rstrip("/") + "/offsets")
+    return _last_logged(checkpoint.rstrip("/") + "/offsets", env)
 
 
-def _last_logged(folder: str) -> int:
-    store = storage_for(folder)
+def _last_logged(folder: str, env: Environment | None) -> int:
+    store = storage_for(folder, env)
     if not store.exists(folder):
         return -1
     ids = [
@@ -37,7 +41,8 @@ def _last_logged(folder: str) -> int:
     return max(ids, default=-1)
 
 
-def batch_source_files(checkpoint: str, batch_id: int, source: int = 0) -> dict[str, int]:
+def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
+                       env: Environment | None = None) -> dict[str, int]:
     """The files a file stream source put into ``batch_id``: path -> modification time (ms).
 
     This is the source's own metadata log (``sources/<n>/<batch>``), written before the batch
@@ -46,7 +51,7 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0) -> dict[
     ``<id>.compact``, which holds all entries up to that batch.
     """
     folder = f"{checkpoint.rstrip('/')}/sources/{source}"
-    store = storage_for(folder)
+    store = storage_for(folder, env)
     plain = f"{folder}/{batch_id}"
     candidates = [plain] if store.exists(plain) else []
     if not candidates and store.exists(folder):

@@ -101,6 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zorder", nargs="+", default=[], metavar="COLUMN")
     p.set_defaults(handler=cmd_optimize)
 
+    p = sub.add_parser("init", parents=[common], help="create the lake's layout",
+                       description="Create the root (on ADLS: its file system) and the folders "
+                       "every configured table uses: landing, archive and quarantine of each "
+                       "bronze feed, tables and checkpoints. Safe to repeat.")
+    p.set_defaults(handler=cmd_init)
+
+    p = sub.add_parser("land", parents=[common], help="upload files into a feed's landing",
+                       description="Upload local files into a bronze feed's landing folder "
+                       "(each appears whole: written under a hidden name, then renamed).")
+    p.add_argument("table")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(handler=cmd_land)
+
+    p = sub.add_parser("purge-archive", parents=[common],
+                       help="delete archived landing files past their retention",
+                       description="Delete the archived files of bronze feeds whose last "
+                       "modification (the time they landed) is older than the retention.")
+    p.add_argument("--older-than", required=True, metavar="AGE",
+                   help="retention: 30d, 12h or 90m")
+    p.add_argument("--table", action="append", default=[], metavar="T",
+                   help="a bronze table (repeatable); default: all")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    p.set_defaults(handler=cmd_purge_archive)
+
     p = sub.add_parser("infer-schema", parents=[common],
                        help="infer a bronze feed's schema once and write it into its spec",
                        description="Read the feed's landing files in batch, infer a schema, and "
@@ -244,8 +268,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     spark = _spark(project, "medallion-status")
     rows = [table_status(spark, t) for t in project.tables]
     _print_table(
-        ["table", "exists", "rows", "version", "last batch", "pending files"],
-        [[r.table, r.exists, r.rows, r.version, r.last_batch, r.pending_files] for r in rows],
+        ["table", "exists", "rows", "version", "last batch", "pending files", "pending bytes"],
+        [[r.table, r.exists, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
+         for r in rows],
     )
     return EXIT_OK
 
@@ -283,6 +308,74 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                           f"{table.spec.format}", file=table.source_file, key="format")  # type: ignore[attr-defined]
     result = optimize(spark, table.full_name, zorder_by=args.zorder)
     print(f"{table.full_name}: optimized " + " ".join(f"{k}={v}" for k, v in result.items()))
+    return EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from framework.storage import storage_for
+
+    project = _project(args)
+    env = project.env
+    folders = [env.path("tables"), env.path("_checkpoints")]
+    for table in project.of_layer(Layer.BRONZE):
+        spec: Any = table.spec
+        folders += [spec.landing(table), spec.quarantine_dir(table)]
+        if spec.source.clean_source.value == "archive":
+            folders.append(spec.archive_dir(table))
+    store = storage_for(env.root, env)
+    store.makedirs(env.root)
+    for folder in dict.fromkeys(folders):
+        store.makedirs(folder)
+        print(f"ready: {folder}")
+    return EXIT_OK
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    import os
+
+    from framework.storage import storage_for
+
+    project = _project(args)
+    table = project.table(args.table, Layer.BRONZE)
+    landing: str = table.spec.landing(table)  # type: ignore[attr-defined]
+    missing = [f for f in args.files if not os.path.isfile(f)]
+    if missing:
+        print(f"expected files to upload, found none at: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
+    store = storage_for(landing, project.env)
+    log = get_logger(env=project.env.name, table=table.full_name)
+    for f in args.files:
+        target = f"{landing}/{os.path.basename(f)}"
+        store.upload(f, target)
+        log.info("landing.uploaded", file=f, target=target, bytes=os.path.getsize(f))
+        print(f"landed: {target}")
+    return EXIT_OK
+
+
+def cmd_purge_archive(args: argparse.Namespace) -> int:
+    import time
+
+    from framework.storage import parse_retention, purge_older_than, storage_for
+
+    project = _project(args)
+    retention = parse_retention(args.older_than)
+    tables = ([project.table(t, Layer.BRONZE) for t in args.table] if args.table
+              else list(project.of_layer(Layer.BRONZE)))
+    now = int(time.time() * 1000)
+    rows = []
+    for table in tables:
+        spec: Any = table.spec
+        if spec.source.clean_source.value != "archive":
+            continue
+        archive = spec.archive_dir(table)
+        purged = purge_older_than(storage_for(archive, project.env), archive, retention, now,
+                                  dry_run=args.dry_run)
+        get_logger(env=project.env.name, table=table.full_name).info(
+            "archive.purged", archive=archive, files=len(purged), dry_run=args.dry_run,
+            bytes=sum(f.size for f in purged), older_than=args.older_than)
+        rows.append([table.full_name, archive, len(purged), sum(f.size for f in purged)])
+    _print_table(["table", "archive", "would delete" if args.dry_run else "deleted", "bytes"],
+                 rows)
     return EXIT_OK
 
 

@@ -138,7 +138,7 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
             lines.append(json.dumps(event))
         feed.events += count
         # a till retries about one event in a hundred a little later
-        for _ in range(count // 100):
+        for _ in range(max(1, count // 100)):
             i = rng.randrange(len(lines))
             lines.insert(min(len(lines), i + rng.randrange(1, 20)), lines[i])
             feed.duplicate_events += 1

@@ -122,6 +122,10 @@ class StorageError(MedallionError):
     """Raised when a file-system operation on the lake fails."""
 
 
+class StorageAccessError(StorageError):
+    """Raised when the lake refuses an operation to the identity used (HTTP 401/403)."""
+
+
 class TableNotFoundError(MedallionError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
 

@@ -248,8 +248,9 @@ class StreamingJob(ABC):
         batches a restart may replay."""
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}.{self.table.schema}")
         checkpoint = self.table.checkpoint
-        self.replayable = range(last_committed_batch(checkpoint) + 1,
-                                last_planned_batch(checkpoint) + 1)
+        env = self.table.env
+        self.replayable = range(last_committed_batch(checkpoint, env) + 1,
+                                last_planned_batch(checkpoint, env) + 1)
 
     @abstractmethod
     def read(self) -> DataFrame:

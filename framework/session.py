@@ -67,6 +67,16 @@ def _env_conf(env: Environment) -> dict[str, str]:
     }
 
 
+def storage_conf(env: Environment) -> dict[str, str]:
+    """Spark's ABFS settings from the environment's ``storage`` (an ``abfss://`` root under
+    spark-submit); on Databricks the cluster owns them and nothing is set."""
+    if env.storage is None or not env.root.startswith(("abfss://", "abfs://")):
+        return {}
+    from framework.adls import hadoop_settings
+
+    return hadoop_settings(env.storage)
+
+
 def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     from delta import configure_spark_with_delta_pip
 
@@ -160,6 +170,7 @@ def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessi
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
     }
+    settings.update(storage_conf(env))
     settings.update(_env_conf(env))
     settings.update(conf)
     for key, value in settings.items():

@@ -8,13 +8,17 @@ given as plain paths or as the ``file:`` URIs Spark reports.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlparse
 
 from framework.errors import StorageError
+
+if TYPE_CHECKING:
+    from framework.config.model import Environment
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class Storage(Protocol):
 
     def makedirs(self, path: str) -> None: ...
 
+    def upload(self, local_file: str, path: str) -> None:
+        """Copy a local file to ``path``; an existing target is an error."""
+
 
 def local_path(path: str) -> str:
     """A local file system path from a plain path or a ``file:`` URI."""
@@ -53,13 +60,21 @@ def local_path(path: str) -> str:
     return path
 
 
+def uploading_name(path: str) -> str:
+    """Where a file is written before it is renamed into place: a hidden name in the same
+    folder, which Spark's file source never lists (it skips names starting with '.')."""
+    folder, _, name = path.rpartition("/")
+    return f"{folder}/.{name}.uploading"
+
+
 def archive_target(archive_dir: str, source_file: str) -> str:
     """Where a source file goes in an archive: the archive folder plus the file's full path.
 
     This is the layout Spark's ``cleanSource=archive`` uses, so files archived by Spark and by
     the framework's reconciler end up side by side.
     """
-    return archive_dir.rstrip("/") + "/" + local_path(source_file).lstrip("/")
+    source = urlparse(source_file).path if "://" in source_file else local_path(source_file)
+    return archive_dir.rstrip("/") + "/" + source.lstrip("/")
 
 
 class LocalStorage:
@@ -109,6 +124,18 @@ class LocalStorage:
     def makedirs(self, path: str) -> None:
         os.makedirs(local_path(path), exist_ok=True)
 
+    def upload(self, local_file: str, path: str) -> None:
+        d = local_path(path)
+        if os.path.exists(d):
+            raise StorageError(f"expected no file at {d}, found one (uploading {local_file})")
+        staging = uploading_name(d)
+        try:
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            shutil.copyfile(local_file, staging)
+            os.replace(staging, d)  # the file appears whole or not at all
+        except OSError as exc:
+            raise StorageError(f"cannot copy {local_file} to {d}: {exc}") from exc
+
 
 def _same_device(src: str, dst: str) -> bool:
     try:
@@ -117,14 +144,31 @@ def _same_device(src: str, dst: str) -> bool:
         return False
 
 
-IMPLEMENTATIONS: dict[str, Callable[[str], Storage]] = {
-    "": lambda path: LocalStorage(),
-    "file": lambda path: LocalStorage(),
+def _adls(path: str, env: Environment | None) -> Storage:
+    from framework.adls import AdlsStorage
+
+    if env is None or env.storage is None:
+        raise StorageError(f"expected the environment's storage settings (account and auth) "
+                           f"for {path}, found none")
+    key = (env.name, env.storage.account)
+    if key not in _ADLS_CLIENTS:  # one client (and token cache) per account and environment
+        _ADLS_CLIENTS[key] = AdlsStorage(env.storage, env)
+    return _ADLS_CLIENTS[key]
+
+
+_ADLS_CLIENTS: dict[tuple[str, str], Storage] = {}
+
+IMPLEMENTATIONS: dict[str, Callable[[str, Environment | None], Storage]] = {
+    "": lambda path, env: LocalStorage(),
+    "file": lambda path, env: LocalStorage(),
+    "abfss": _adls,
+    "abfs": _adls,
 }
 
 
-def storage_for(path: str) -> Storage:
-    """The storage implementation for ``path``'s scheme."""
+def storage_for(path: str, env: Environment | None = None) -> Storage:
+    """The storage implementation for ``path``'s scheme; ADLS paths take their account's
+    credentials from ``env``."""
     scheme = urlparse(path).scheme if "://" in path or path.startswith("file:") else ""
     try:
         factory = IMPLEMENTATIONS[scheme]
@@ -133,4 +177,29 @@ def storage_for(path: str) -> Storage:
         raise StorageError(
             f"expected a path with a supported scheme (local paths, {valid}), found {path!r}"
         ) from None
-    return factory(path)
+    return factory(path, env)
+
+
+RETENTION = re.compile(r"^\s*(?P<n>\d+)\s*(?P<unit>d|days?|h|hours?|m|minutes?)\s*$")
+
+
+def parse_retention(text: str) -> int:
+    """``30d``, ``12h`` or ``90m`` (also ``30 days``...) in milliseconds."""
+    m = RETENTION.match(text)
+    if not m:
+        raise StorageError(f"expected a retention such as 30d, 12h or 90m, found {text!r}")
+    unit = {"d": 86_400_000, "h": 3_600_000, "m": 60_000}[m.group("unit")[0]]
+    return int(m.group("n")) * unit
+
+
+def purge_older_than(storage: Storage, folder: str, older_than_ms: int, now_ms: int,
+                     dry_run: bool = False) -> list[FileInfo]:
+    """Delete the files under ``folder`` last modified more than ``older_than_ms`` before
+    ``now_ms``; returns them (all that would go, with ``dry_run``)."""
+    if not storage.exists(folder):
+        return []
+    expired = [f for f in storage.list_files(folder) if f.modified_ms < now_ms - older_than_ms]
+    if not dry_run:
+        for f in expired:
+            storage.delete(f.path)
+    return expired

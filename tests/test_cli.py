@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -86,7 +87,9 @@ def test_status_reports_rows_batches_and_backlog(
     row = next(line for line in out.splitlines()
                if line.startswith(lakehouse.project().table("orders").full_name))
     cells = [c.strip() for c in row.split("|")]
-    assert cells[1:] == ["True", "8", cells[3], "1", "3"]  # rows, version, last batch, pending
+    # rows, version, last batch, pending files and their bytes
+    pending = sum(p.stat().st_size for p in lakehouse.path("landing", "orders").glob("*.json"))
+    assert cells[1:] == ["True", "8", cells[3], "1", "3", str(pending)]
 
 
 def test_sql_prints_a_table(
@@ -95,3 +98,18 @@ def test_sql_prints_a_table(
     assert main(_args(lakehouse, "sql", "SELECT 1 AS one, 'x' AS two", "--log-format",
                       "json")) == 0
     assert capsys.readouterr().out.splitlines() == ["one | two", "----+----", "1   | x", "(1 row)"]
+
+
+def test_land_uploads_whole_files_into_the_landing_folder_and_never_overwrites(
+    lakehouse: Lakehouse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    export = tmp_path / "orders-0001.json"
+    export.write_text('{"order_id": "o1"}\n')
+    assert main(_args(lakehouse, "land", "orders", str(export), "--log-format", "json")) == 0
+    landed = lakehouse.path("landing", "orders", "orders-0001.json")
+    assert landed.read_text() == export.read_text()
+    assert [p.name for p in lakehouse.path("landing", "orders").iterdir()] == [landed.name]
+    assert main(_args(lakehouse, "land", "orders", str(export), "--log-format", "json")) == 1
+    assert "expected no file" in capsys.readouterr().err
+    assert main(_args(lakehouse, "land", "orders", str(tmp_path / "missing.json"))) == 2

@@ -54,6 +54,11 @@ class AzureStorage(Model):
     client_secret: SecretRef | None = None
     account_key: SecretRef | None = None
     sas_token: SecretRef | None = None
+    endpoint: Text | None = Field(
+        default=None, description="The DFS endpoint, if not https://<account>.dfs.core."
+        "windows.net (a private endpoint or sovereign cloud)")
+    retries: int = Field(default=5, ge=0, le=20)
+    retry_backoff_seconds: float = Field(default=2.0, ge=0, le=120)
 
 
 class LayerSchemas(Model):

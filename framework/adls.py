@@ -1,0 +1,324 @@
+"""ADLS Gen2: the lake's own file operations on ``abfss://`` paths, and the credentials for it.
+
+:class:`AdlsStorage` implements :class:`framework.storage.Storage` on azure-storage-file-datalake
+(moves are ADLS's atomic rename). :func:`credential_for` turns an environment's ``storage``
+settings into an azure-identity credential, explicitly per method, with a description of the
+identity (never of its secret) for error messages. :func:`hadoop_settings` gives the same
+settings to Spark's ABFS driver (spark-submit and local runs; Databricks sets nothing).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import IO, Any, TypeVar
+
+from framework.config.model import AzureAuthMethod, AzureStorage, Environment, Runtime
+from framework.errors import StorageAccessError, StorageError
+from framework.storage import FileInfo, uploading_name
+
+T = TypeVar("T")
+
+DFS_SUFFIX = "dfs.core.windows.net"
+ABFS = re.compile(
+    r"^abfss?://(?P<fs>[a-z0-9](?:[a-z0-9-]{1,61}[a-z0-9])?)@(?P<account>[a-z0-9]{3,24})"
+    r"\.dfs\.core\.windows\.net(?:/(?P<path>.*))?$"
+)
+
+
+@dataclass(frozen=True)
+class AbfsPath:
+    """``abfss://<filesystem>@<account>.dfs.core.windows.net/<path>``, split."""
+
+    filesystem: str
+    account: str
+    path: str  # without a leading or trailing slash; "" for the file system's root
+
+    @classmethod
+    def parse(cls, url: str) -> AbfsPath:
+        m = ABFS.match(url)
+        if not m:
+            raise StorageError(
+                f"expected an ADLS Gen2 URL 'abfss://<filesystem>@<account>.{DFS_SUFFIX}/<path>',"
+                f" found {url!r}")
+        return cls(m.group("fs"), m.group("account"), (m.group("path") or "").strip("/"))
+
+    def url(self, path: str | None = None) -> str:
+        p = self.path if path is None else path.strip("/")
+        return f"abfss://{self.filesystem}@{self.account}.{DFS_SUFFIX}/{p}"
+
+    @property
+    def parent(self) -> str:
+        return self.path.rsplit("/", 1)[0] if "/" in self.path else ""
+
+
+# ---------------------------------------------------------------------- credentials
+@dataclass(frozen=True)
+class Credential:
+    """An SDK credential and who it is, in words fit for a log or an error message."""
+
+    value: Any
+    identity: str
+
+
+def credential_for(settings: AzureStorage, env: Environment | None = None) -> Credential:
+    """The credential for ``settings``; secrets are resolved here, at the moment of use."""
+    method = settings.auth
+    account = settings.account
+    if method is AzureAuthMethod.SERVICE_PRINCIPAL:
+        from azure.identity import ClientSecretCredential
+
+        tenant, client = _required(settings, "tenant_id"), _required(settings, "client_id")
+        secret = _required(settings, "client_secret")
+        return Credential(ClientSecretCredential(tenant, client, secret.resolve()),
+                          f"service principal {client} (tenant {tenant})")
+    if method is AzureAuthMethod.MANAGED_IDENTITY:
+        from azure.identity import ManagedIdentityCredential
+
+        client = settings.client_id or None
+        return Credential(ManagedIdentityCredential(client_id=client),
+                          f"managed identity {client or '(system-assigned)'}")
+    if method is AzureAuthMethod.WORKLOAD_IDENTITY:
+        from azure.identity import WorkloadIdentityCredential
+
+        tenant, client = _required(settings, "tenant_id"), _required(settings, "client_id")
+        token_file = os.environ.get("AZURE_FEDERATED_TOKEN_FILE")
+        if not token_file:
+            raise StorageError("expected AZURE_FEDERATED_TOKEN_FILE to name the workload "
+                               "identity's token file, found it unset")
+        return Credential(WorkloadIdentityCredential(tenant_id=tenant, client_id=client,
+                                                     token_file_path=token_file),
+                          f"workload identity {client} (tenant {tenant})")
+    if method is AzureAuthMethod.DEFAULT:
+        if env is not None and env.runtime not in (Runtime.LOCAL, Runtime.AUTO):
+            raise StorageError(f"expected an explicit credential (service_principal, "
+                               f"managed_identity or workload_identity) for environment "
+                               f"{env.name!r} on {env.runtime.value}, found auth: default, which "
+                               "is for local development only")
+        from azure.identity import DefaultAzureCredential
+
+        return Credential(DefaultAzureCredential(exclude_interactive_browser_credential=True),
+                          "developer credentials (DefaultAzureCredential)")
+    if method is AzureAuthMethod.ACCOUNT_KEY:
+        from azure.core.credentials import AzureNamedKeyCredential
+
+        key = _required(settings, "account_key")
+        return Credential(AzureNamedKeyCredential(account, key.resolve()),
+                          f"the account key of {account}")
+    from azure.core.credentials import AzureSasCredential
+
+    sas = _required(settings, "sas_token")
+    return Credential(AzureSasCredential(sas.resolve().lstrip("?")), f"a SAS token for {account}")
+
+
+def _required(settings: AzureStorage, key: str) -> Any:
+    value = getattr(settings, key)
+    if not value:
+        raise StorageError(f"expected storage.{key} for auth {settings.auth.value} "
+                           f"(account {settings.account}), found none")
+    return value
+
+
+def hadoop_settings(settings: AzureStorage) -> dict[str, str]:
+    """Spark's ABFS settings for the account (``spark.hadoop.`` prefixed), secrets resolved."""
+    host = f"{settings.account}.{DFS_SUFFIX}"
+    key = f"spark.hadoop.fs.azure.account.{{}}.{host}"
+    method = settings.auth
+    if method is AzureAuthMethod.ACCOUNT_KEY:
+        return {key.format("key"): _required(settings, "account_key").resolve()}
+    if method is AzureAuthMethod.SAS:
+        return {key.format("auth.type"): "SAS",
+                f"spark.hadoop.fs.azure.sas.fixed.token.{host}":
+                    _required(settings, "sas_token").resolve().lstrip("?")}
+    conf = {key.format("auth.type"): "OAuth"}
+    provider = key.format("oauth.provider.type")
+    if method is AzureAuthMethod.SERVICE_PRINCIPAL:
+        tenant = _required(settings, "tenant_id")
+        conf.update({
+            provider: "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
+            key.format("oauth2.client.id"): _required(settings, "client_id"),
+            key.format("oauth2.client.secret"): _required(settings, "client_secret").resolve(),
+            key.format("oauth2.client.endpoint"):
+                f"https://login.microsoftonline.com/{tenant}/oauth2/token",
+        })
+    elif method is AzureAuthMethod.MANAGED_IDENTITY:
+        conf[provider] = "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider"
+        if settings.client_id:
+            conf[key.format("oauth2.client.id")] = settings.client_id
+        if settings.tenant_id:
+            conf[key.format("oauth2.msi.tenant")] = settings.tenant_id
+    elif method is AzureAuthMethod.WORKLOAD_IDENTITY:
+        conf.update({
+            provider: "org.apache.hadoop.fs.azurebfs.oauth2.WorkloadIdentityTokenProvider",
+            key.format("oauth2.msi.tenant"): _required(settings, "tenant_id"),
+            key.format("oauth2.client.id"): _required(settings, "client_id"),
+            key.format("oauth2.token.file"): os.environ.get("AZURE_FEDERATED_TOKEN_FILE", ""),
+        })
+    else:
+        raise StorageError("expected an explicit credential for Spark's ABFS driver "
+                           "(service_principal, managed_identity, workload_identity, account_key"
+                           " or sas), found auth: default, which only the SDK understands")
+    return conf
+
+
+# ---------------------------------------------------------------------- the storage
+class AdlsStorage:
+    """The lake's file operations on one ADLS Gen2 account."""
+
+    def __init__(self, settings: AzureStorage, env: Environment | None = None,
+                 credential: Credential | None = None) -> None:
+        from azure.storage.filedatalake import DataLakeServiceClient, ExponentialRetry
+
+        self.settings = settings
+        self.credential = credential or credential_for(settings, env)
+        # waits backoff, then backoff + 3^n seconds (the SDK's schedule); 0: retry at once
+        backoff = settings.retry_backoff_seconds
+        retry = ExponentialRetry(initial_backoff=backoff,  # type: ignore[arg-type]
+                                 increment_base=3 if backoff else 0,
+                                 retry_total=settings.retries,
+                                 random_jitter_range=min(3, int(backoff)))
+        url = settings.endpoint or f"https://{settings.account}.{DFS_SUFFIX}"
+        self.client = DataLakeServiceClient(url, credential=self.credential.value,
+                                            retry_policy=retry)
+
+    def __repr__(self) -> str:
+        return f"AdlsStorage(account={self.settings.account!r}, as {self.credential.identity})"
+
+    # ------------------------------------------------------------------ operations
+    def exists(self, path: str) -> bool:
+        p = self._parse(path)
+        fs = self.client.get_file_system_client(p.filesystem)
+        if not p.path:
+            return bool(self._call("check", path, fs.exists))
+        return bool(self._call("check", path, fs.get_file_client(p.path).exists))
+
+    def stat(self, path: str) -> FileInfo:
+        p = self._parse(path)
+        file = self.client.get_file_client(p.filesystem, p.path)
+        props = self._call("stat", path, file.get_file_properties)
+        return FileInfo(path, int(props.size), _ms(props.last_modified))
+
+    def open(self, path: str) -> IO[bytes]:
+        p = self._parse(path)
+        file = self.client.get_file_client(p.filesystem, p.path)
+        return io.BytesIO(self._call("read", path, lambda: file.download_file().readall()))
+
+    def move(self, src: str, dst: str) -> None:
+        s, d = self._parse(src), self._parse(dst)
+        if self.exists(dst):
+            raise StorageError(f"expected no file at move target {dst}, found one (source {src})")
+        if d.parent:
+            self.makedirs(d.url(d.parent))
+        file = self.client.get_file_client(s.filesystem, s.path)
+        self._call("move", src, lambda: file.rename_file(f"{d.filesystem}/{d.path}"))
+
+    def delete(self, path: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        p = self._parse(path)
+        file = self.client.get_file_client(p.filesystem, p.path)
+        try:
+            self._call("delete", path, file.delete_file, passthrough=(ResourceNotFoundError,))
+        except ResourceNotFoundError:
+            return
+
+    def list_files(self, path: str) -> Iterator[FileInfo]:
+        """Every file under ``path``, recursively, following continuation tokens."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        p = self._parse(path)
+        fs = self.client.get_file_system_client(p.filesystem)
+        pages = fs.get_paths(path=p.path or None, recursive=True)
+        try:
+            items = self._call("list", path, lambda: list(pages),
+                               passthrough=(ResourceNotFoundError,))
+        except ResourceNotFoundError:
+            return
+        for item in items:
+            if not item.is_directory:
+                yield FileInfo(p.url(item.name), int(item.content_length or 0),
+                               _ms(item.last_modified))
+
+    def makedirs(self, path: str) -> None:
+        p = self._parse(path)
+        if not p.path:
+            return self.create_filesystem(path)
+        from azure.core.exceptions import ResourceNotFoundError
+
+        directory = self.client.get_directory_client(p.filesystem, p.path)
+        # create_directory without conditions is idempotent on ADLS (parents included)
+        try:
+            self._call("create directory", path, directory.create_directory,
+                       passthrough=(ResourceNotFoundError,))
+        except ResourceNotFoundError:  # the file system itself is missing: create it first
+            self.create_filesystem(path)
+            self._call("create directory", path, directory.create_directory)
+        return None
+
+    def create_filesystem(self, path: str) -> None:
+        from azure.core.exceptions import ResourceExistsError
+
+        p = self._parse(path)
+        fs = self.client.get_file_system_client(p.filesystem)
+        try:
+            self._call("create file system", path, fs.create_file_system,
+                       passthrough=(ResourceExistsError,))
+        except ResourceExistsError:
+            return
+
+    def upload(self, local_file: str, path: str) -> None:
+        """Upload a local file under a hidden name, then rename it into place, so a reader
+        listing the folder never sees it half written; an existing target is an error."""
+        p = self._parse(path)
+        if self.exists(path):
+            raise StorageError(f"expected no file at {path}, found one (uploading {local_file})")
+        if p.parent:
+            self.makedirs(p.url(p.parent))
+        staging = p.url(uploading_name(p.path).lstrip("/"))
+        file = self.client.get_file_client(p.filesystem, AbfsPath.parse(staging).path)
+        with open(local_file, "rb") as fh:
+            self._call("upload", path, lambda: file.upload_data(fh, overwrite=True))
+        self.move(staging, path)
+
+    # ------------------------------------------------------------------ helpers
+    def _parse(self, path: str) -> AbfsPath:
+        p = AbfsPath.parse(path)
+        if p.account != self.settings.account:
+            raise StorageError(f"expected a path on account {self.settings.account}, found "
+                               f"{path}")
+        return p
+
+    def _call(self, what: str, path: str, fn: Callable[[], T],
+              passthrough: tuple[type[BaseException], ...] = ()) -> T:
+        """Run an SDK call; its errors become storage errors that name the path, and for a
+        refusal the identity used (never a secret)."""
+        from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError
+
+        try:
+            return fn()
+        except passthrough:
+            raise
+        except (ClientAuthenticationError, HttpResponseError) as exc:
+            status = getattr(exc, "status_code", None)
+            code = getattr(exc, "error_code", None) or type(exc).__name__
+            code = getattr(code, "value", code)  # the SDK's StorageErrorCode enum
+            if status in (401, 403) or isinstance(exc, ClientAuthenticationError):
+                raise StorageAccessError(
+                    f"cannot {what} {path}: access denied to {self.credential.identity} "
+                    f"(HTTP {status}, {code}); expected it to hold a data role such as Storage "
+                    "Blob Data Contributor on the account or ACLs on the path") from None
+            raise StorageError(f"cannot {what} {path}: HTTP {status} {code}") from None
+        except AzureError as exc:
+            raise StorageError(f"cannot {what} {path}: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from None
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, str):
+        value = parsedate_to_datetime(value)
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else 0
