@@ -314,8 +314,9 @@ class AdlsStorage:
                     "Blob Data Contributor on the account or ACLs on the path") from None
             raise StorageError(f"cannot {what} {path}: HTTP {status} {code}") from None
         except AzureError as exc:
-            raise StorageError(f"cannot {what} {path}: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from None
+            # the first line only, without query strings (a SAS token travels in one)
+            detail = re.sub(r"\?\S*", "", str(exc).splitlines()[0])[:300] if str(exc) else ""
+            raise StorageError(f"cannot {what} {path}: {type(exc).__name__}: {detail}") from None
 
 
 def _ms(value: Any) -> int:

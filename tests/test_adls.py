@@ -289,3 +289,21 @@ def test_logs_of_storage_operations_carry_no_secret(
     assert yaml.safe_load(out.getvalue().splitlines()[-1])["event"] == "storage.listed"
     for text in (out.getvalue(), caplog.text):
         assert CANARY_KEY not in text and CANARY not in text
+
+
+def test_an_unreachable_endpoint_is_a_storage_error_without_the_sas_token(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TEST_SAS", f"sv=2025-01-05&sp=rl&sig={CANARY}")
+    store = AdlsStorage(AzureStorage.model_validate({
+        "account": ACCOUNT, "auth": "sas", "sas_token": "${TEST_SAS}",
+        "endpoint": f"http://127.0.0.1:{port}/{ACCOUNT}", "retries": 0}))
+    with pytest.raises(StorageError) as err:
+        store.stat(f"{ROOT}/landing/orders/a.json")
+    assert f"cannot stat {ROOT}/landing/orders/a.json" in str(err.value)
+    assert CANARY not in str(err.value) and CANARY not in repr(store)
