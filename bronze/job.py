@@ -101,6 +101,7 @@ class FileStatus:
 class BatchCounts:
     """What one micro-batch held."""
 
+    batch_id: int = -1
     records: int = 0
     good: int = 0
     quarantined: int = 0
@@ -251,7 +252,6 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.batches: list[BatchCounts] = []
-        self.records_by_batch: dict[int, int] = {}
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ steps
@@ -363,7 +363,6 @@ class BronzeJob(StreamingJob):
                 f"{counts.quarantined} in quarantine",
             )
         self.batches.append(counts)
-        self.records_by_batch[batch_id] = counts.records
         log.info(
             "bronze.batch.committed",
             records=counts.records,
@@ -374,7 +373,8 @@ class BronzeJob(StreamingJob):
         )
 
     def batch_rows(self, progress: BatchProgress) -> int:
-        return self.records_by_batch.get(progress.batch_id, progress.input_rows)
+        done = [b.records for b in self.batches if b.batch_id == progress.batch_id]
+        return done[-1] if done else progress.input_rows
 
     def _broken_files(self, files: dict[str, str]) -> dict[str, str]:
         """Files that cannot be read whole (empty, broken compression, bad parquet footer)."""
@@ -430,7 +430,7 @@ class BronzeJob(StreamingJob):
         bad = (self._rows_per_file(self.quarantine_table, batch_id, files)
                if any_quarantined else {})
         now = datetime.now(UTC).replace(tzinfo=None)
-        counts = BatchCounts(files=len(files))
+        counts = BatchCounts(batch_id=batch_id, files=len(files))
         rows = []
         for path in files:
             info = self.storage.stat(path)

@@ -246,12 +246,12 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
     if marts and run["status"] == "succeeded":
         sql = PRUNING_QUERY.format(mart=marts[0].full_name)
         df = spark.sql(sql)
-        evidence = explain_pruning(spark, sql)
+        rows = df.collect()  # run once: the evidence is read from the plan that ran
         summary["query"] = {
             "sql": sql,
             "columns": df.columns,
-            "rows": [[_plain(v) for v in r] for r in df.collect()],
-            "pruning": evidence.to_dict(),
+            "rows": [[_plain(v) for v in r] for r in rows],
+            "pruning": explain_pruning(spark, df, run=False).to_dict(),
         }
     return summary
 

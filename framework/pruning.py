@@ -85,11 +85,14 @@ class PruningEvidence:
         return title + "\n" + render_table(head, rows, sep="  ")
 
 
-def explain_pruning(spark: SparkSession, query: DataFrame | str) -> PruningEvidence:
-    """Run ``query`` and return the evidence of what its scans pruned."""
+def explain_pruning(spark: SparkSession, query: DataFrame | str,
+                    run: bool = True) -> PruningEvidence:
+    """Run ``query`` and return the evidence of what its scans pruned. ``run=False`` reads the
+    evidence of a DataFrame already run by an action (its plan keeps the scans' metrics)."""
     df = spark.sql(query) if isinstance(query, str) else query
     execution = df._jdf.queryExecution()
-    execution.executedPlan().execute().count()  # run it; the rows stay on the executors
+    if run:
+        execution.executedPlan().execute().count()  # run it; the rows stay on the executors
     root = execution.executedPlan()
     scans = tuple(_evidence(spark, node) for node in _nodes(root)
                   if node.getClass().getSimpleName() == "FileSourceScanExec")
