@@ -25,7 +25,7 @@ import gzip
 import threading
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
 
@@ -46,7 +46,7 @@ from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
 from framework.delta import append, create_table
 from framework.errors import ConfigError, JobError
-from framework.job import StreamingJob
+from framework.job import StreamingJob, timed
 from framework.listener import BatchProgress
 from framework.storage import archive_target, local_path, storage_for
 
@@ -107,6 +107,9 @@ class BatchCounts:
     quarantined: int = 0
     files: int = 0
     failed_files: int = 0
+    # Where the batch's time went: "write" (parsing and the bronze append), "quarantine",
+    # "ledger" (rows per file read back, the ledger append).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- readers, by format
@@ -252,6 +255,7 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.batches: list[BatchCounts] = []
+        self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._started = threading.Event()
 
     # ------------------------------------------------------------------ steps
@@ -341,20 +345,26 @@ class BronzeJob(StreamingJob):
             F.count_if(to_quarantine).alias("quarantined"),
         )
         good = observed.where(~to_quarantine).drop(CORRUPT)
-        if self._append(good, self.table.full_name, batch_id,
-                        check=batch_id in self.replayable):
-            metrics = observation.get
-        else:  # a replayed batch whose bronze write had committed: count without writing
-            row = df.agg(
-                F.count(F.lit(1)).alias("records"),
-                F.count_if(to_quarantine).alias("quarantined"),
-            ).first()
-            assert row is not None  # an aggregate without grouping returns one row
-            metrics = row.asDict()
+        seconds: dict[str, float] = {}
+        with timed(seconds, "write"):
+            if self._append(good, self.table.full_name, batch_id,
+                            check=batch_id in self.replayable):
+                metrics = observation.get
+            else:  # a replayed batch whose bronze write had committed: count without writing
+                row = df.agg(
+                    F.count(F.lit(1)).alias("records"),
+                    F.count_if(to_quarantine).alias("quarantined"),
+                ).first()
+                assert row is not None  # an aggregate without grouping returns one row
+                metrics = row.asDict()
         if metrics["quarantined"]:
-            self._append(self._quarantine_rows(df, broken, files), self.quarantine_table,
-                         batch_id)
-        counts = self._record_files(spark, batch_id, files, broken, metrics["quarantined"] > 0)
+            with timed(seconds, "quarantine"):
+                self._append(self._quarantine_rows(df, broken, files), self.quarantine_table,
+                             batch_id)
+        with timed(seconds, "ledger"):
+            counts = self._record_files(spark, batch_id, files, broken,
+                                        metrics["quarantined"] > 0)
+        counts.seconds = seconds
         if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
             raise JobError(
                 self.table.full_name, f"batch {batch_id}",
@@ -370,7 +380,17 @@ class BronzeJob(StreamingJob):
             quarantined_rows=counts.quarantined,
             files=counts.files,
             failed_files=counts.failed_files,
+            seconds=seconds,
         )
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per step over this run: its batches' steps summed (see
+        :class:`BatchCounts`), then the steps after the query."""
+        total: dict[str, float] = {}
+        for b in self.batches:
+            for step, s in b.seconds.items():
+                total[step] = round(total.get(step, 0.0) + s, 3)
+        return total | self.run_seconds
 
     def batch_rows(self, progress: BatchProgress) -> int:
         done = [b.records for b in self.batches if b.batch_id == progress.batch_id]
@@ -473,7 +493,8 @@ class BronzeJob(StreamingJob):
 
     # ------------------------------------------------------------------ after the query
     def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
-        reconciled = self.reconcile()
+        with timed(self.run_seconds, "reconcile"):
+            reconciled = self.reconcile()
         records = sum(b.records for b in self.batches)
         good = sum(b.good for b in self.batches)
         quarantined = sum(b.quarantined for b in self.batches)
@@ -484,6 +505,7 @@ class BronzeJob(StreamingJob):
             bronze_rows=good,
             quarantined_rows=quarantined,
             balanced=balanced,
+            seconds=self.seconds(),
             **reconciled,
         )
         if not balanced:

@@ -373,6 +373,16 @@ class StreamingJob(ABC):
         return [by_batch[b] for b in sorted(by_batch)]
 
 
+@contextlib.contextmanager
+def timed(into: dict[str, float], step: str) -> Iterator[None]:
+    """Add the seconds spent inside to ``into[step]`` (for logs: where a batch's time goes)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[step] = round(into.get(step, 0.0) + time.perf_counter() - started, 3)
+
+
 def _last_batch(query: StreamingQuery) -> int:
     """The id of the query's last reported batch, -1 before any."""
     progress: Any = query.lastProgress
