@@ -36,16 +36,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, Observation
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql.types import StringType, StructField, StructType
 
 from bench.bronze_ingest import SCHEMA, generate
 from bench.common import BenchLakehouse
-from bronze.job import BATCH_ID, CORRUPT, FILE_MTIME, INGESTED_AT, READERS, BronzeJob
+from bronze.job import BRONZE_PROPERTIES, CORRUPT, READERS, BronzeJob
 from framework.job import RunContext
-
-STATS = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}"}
 
 
 def main() -> None:
@@ -71,17 +68,12 @@ def main() -> None:
     batch_ids = iter(range(1_000_000))
 
     def bronze_batch(job: BronzeJob, df: DataFrame, target: str) -> None:
-        """What each bronze batch adds to the parsed records: ingestion columns, the counts
-        of records read and quarantined, and the quarantine split (as ``_process_batch``)."""
-        stamped = job.transform(df).withColumn(INGESTED_AT, F.current_timestamp()) \
-            .withColumn(BATCH_ID, F.lit(next(batch_ids)).cast("long"))
-        observation = Observation(f"parse_{target}_{time.monotonic_ns()}")
-        bad = F.col(CORRUPT).isNotNull()
-        observed = stamped.observe(observation, F.count(F.lit(1)).alias("records"),
-                                   F.count_if(bad).alias("quarantined"))
-        append(observed.where(~bad).drop(CORRUPT), target, STATS)
-        if observation.get["records"] != args.records:
-            raise SystemExit(f"expected {args.records} records, found {observation.get}")
+        """What each bronze batch adds to the parsed records: the job's ingestion columns,
+        its counts of records read and quarantined, and its quarantine split."""
+        split = job.split_batch(job.transform(df), next(batch_ids), broken=())
+        append(split.good, target, BRONZE_PROPERTIES)
+        if split.observation.get["records"] != args.records:
+            raise SystemExit(f"expected {args.records} records, found {split.observation.get}")
 
     def append(df: DataFrame, target: str, properties: dict[str, str]) -> None:
         location = str(lake.work / "tables" / target)

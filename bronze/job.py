@@ -87,6 +87,11 @@ LEDGER_SCHEMA = StructType(
 )
 
 
+# Statistics only on the ingestion columns: bronze is read by streams and by batch id, and
+# collecting min/max of every data column costs a share of the write.
+BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}"}
+
+
 class FileStatus:
     """Ledger statuses of a landing file."""
 
@@ -110,6 +115,27 @@ class BatchCounts:
     # Where the batch's time went: "write" (parsing and the bronze append), "quarantine",
     # "ledger" (rows per file read back, the ledger append).
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """One micro-batch, ready to write (see :meth:`BronzeJob.split_batch`)."""
+
+    stamped: DataFrame  # every record, with its ingestion time and batch id
+    to_quarantine: Column  # true for a malformed record or a row of an unreadable file
+    good: DataFrame  # the bronze rows; writing them fills ``observation``
+    observation: Observation  # records read and records to quarantine
+
+    def count(self) -> dict[str, int]:
+        """The observation's figures, counted without writing (for a replayed batch)."""
+        row = self.stamped.agg(*_counts(self.to_quarantine)).first()
+        assert row is not None  # an aggregate without grouping returns one row
+        return row.asDict()
+
+
+def _counts(to_quarantine: Column) -> list[Column]:
+    return [F.count(F.lit(1)).alias("records"),
+            F.count_if(to_quarantine).alias("quarantined")]
 
 
 # ---------------------------------------------------------------------- readers, by format
@@ -272,13 +298,10 @@ class BronzeJob(StreamingJob):
         bronze_fields = list(self.schema.fields)
         if self.spec.rescued_column:
             bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
-        # Statistics only on the ingestion columns: bronze is read by streams and by batch id,
-        # and collecting min/max of every data column costs a share of the write.
         create_table(self.spark, self.table.full_name,
                      StructType(bronze_fields + METADATA_FIELDS),
                      self.locations[self.table.full_name], comment=self.spec.description,
-                     properties={"delta.dataSkippingStatsColumns":
-                                 f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}"})
+                     properties=BRONZE_PROPERTIES)
         create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                      self.locations[self.quarantine_table],
                      comment=f"Malformed records and rows of unreadable files of {self.table.name}")
@@ -332,34 +355,17 @@ class BronzeJob(StreamingJob):
                                                           env=self.table.env)
         }
         broken = self._broken_files(files)  # found from the files themselves, before writing
-        df = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
-            BATCH_ID, F.lit(batch_id).cast("long")
-        )
-        in_broken = _is_one_of(broken)
-        to_quarantine = F.col(CORRUPT).isNotNull() | in_broken
-
-        observation = Observation(f"bronze_{self.table.name}_{batch_id}")
-        observed = df.observe(
-            observation,
-            F.count(F.lit(1)).alias("records"),
-            F.count_if(to_quarantine).alias("quarantined"),
-        )
-        good = observed.where(~to_quarantine).drop(CORRUPT)
+        split = self.split_batch(batch, batch_id, broken)
         seconds: dict[str, float] = {}
         with timed(seconds, "write"):
-            if self._append(good, self.table.full_name, batch_id,
+            if self._append(split.good, self.table.full_name, batch_id,
                             check=batch_id in self.replayable):
-                metrics = observation.get
+                metrics = split.observation.get
             else:  # a replayed batch whose bronze write had committed: count without writing
-                row = df.agg(
-                    F.count(F.lit(1)).alias("records"),
-                    F.count_if(to_quarantine).alias("quarantined"),
-                ).first()
-                assert row is not None  # an aggregate without grouping returns one row
-                metrics = row.asDict()
+                metrics = split.count()
         if metrics["quarantined"]:
             with timed(seconds, "quarantine"):
-                self._append(self._quarantine_rows(df, broken, files), self.quarantine_table,
+                self._append(self._quarantine_rows(split, broken), self.quarantine_table,
                              batch_id)
         with timed(seconds, "ledger"):
             counts = self._record_files(spark, batch_id, files, broken,
@@ -382,6 +388,18 @@ class BronzeJob(StreamingJob):
             failed_files=counts.failed_files,
             seconds=seconds,
         )
+
+    def split_batch(self, batch: DataFrame, batch_id: int, broken: Iterable[str]) -> BatchSplit:
+        """The batch stamped with its ingestion time and id, and its bronze rows: those neither
+        malformed nor from a file in ``broken``, counted as they are written."""
+        stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
+            BATCH_ID, F.lit(batch_id).cast("long")
+        )
+        to_quarantine = F.col(CORRUPT).isNotNull() | _is_one_of(broken)
+        observation = Observation(f"bronze_{self.table.name}_{batch_id}")
+        observed = stamped.observe(observation, *_counts(to_quarantine))
+        good = observed.where(~to_quarantine).drop(CORRUPT)
+        return BatchSplit(stamped, to_quarantine, good, observation)
 
     def seconds(self) -> dict[str, float]:
         """Seconds per step over this run: its batches' steps summed (see
@@ -406,17 +424,15 @@ class BronzeJob(StreamingJob):
                 broken[path] = reason
         return broken
 
-    def _quarantine_rows(
-        self, df: DataFrame, broken: dict[str, str], files: dict[str, str]
-    ) -> DataFrame:
+    def _quarantine_rows(self, split: BatchSplit, broken: dict[str, str]) -> DataFrame:
+        df = split.stamped
         reason: Column = F.lit("malformed record: does not parse against the schema")
         for path, why in broken.items():
             reason = F.when(_is_one_of([path]), F.lit(f"unreadable file: {why}")).otherwise(reason)
-        in_broken = _is_one_of(broken)
         meta = {f.name for f in QUARANTINE_SCHEMA}
         data_cols = [c for c in df.columns if c not in meta and c != CORRUPT]
         raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*data_cols)))
-        return df.where(F.col(CORRUPT).isNotNull() | in_broken).select(
+        return df.where(split.to_quarantine).select(
             raw.alias(RAW),
             reason.alias(REASON),
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
