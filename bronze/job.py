@@ -127,7 +127,8 @@ class BatchSplit:
     observation: Observation  # records read and records to quarantine
 
     def count(self) -> dict[str, int]:
-        """The observation's figures, counted without writing (for a replayed batch)."""
+        """The observation's figures, counted without writing (for a batch that may be a
+        replay: Delta skips an append it has committed, and its observation never fills)."""
         row = self.stamped.agg(*_counts(self.to_quarantine)).first()
         assert row is not None  # an aggregate without grouping returns one row
         return row.asDict()
@@ -358,11 +359,14 @@ class BronzeJob(StreamingJob):
         split = self.split_batch(batch, batch_id, broken)
         seconds: dict[str, float] = {}
         with timed(seconds, "write"):
-            if self._append(split.good, self.table.full_name, batch_id,
-                            check=batch_id in self.replayable):
-                metrics = split.observation.get
-            else:  # a replayed batch whose bronze write had committed: count without writing
+            if batch_id in self.replayable:
+                # Written before the restart, Delta skips the append and the observation never
+                # fills: a batch that may be a replay is counted on its own first.
                 metrics = split.count()
+                self._append(split.good, self.table.full_name, batch_id)
+            else:
+                self._append(split.good, self.table.full_name, batch_id)
+                metrics = split.observation.get
         if metrics["quarantined"]:
             with timed(seconds, "quarantine"):
                 self._append(self._quarantine_rows(split, broken), self.quarantine_table,
@@ -438,20 +442,10 @@ class BronzeJob(StreamingJob):
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
-    def _append(
-        self, df: DataFrame, table: str, batch_id: int, check: bool = False,
-        idempotent: bool = True,
-    ) -> bool:
-        """Append, idempotently unless told otherwise. With ``check``: False when Delta
-        skipped the append as already written (a replayed batch), found from the tag of the
-        newest commit."""
+    def _append(self, df: DataFrame, table: str, batch_id: int, idempotent: bool = True) -> None:
+        """Append, idempotently unless told otherwise (see :func:`framework.delta.append`)."""
         assert self.writer_id is not None
         append(df, self.locations[table], self.writer_id, batch_id, idempotent=idempotent)
-        if not check:
-            return True
-        # The newest commit carries our tag only if this append was executed now.
-        last = DeltaTable.forPath(self.spark, self.locations[table]).history(1).first()
-        return last is not None and last["userMetadata"] == f"{self.writer_id}:{batch_id}"
 
     def _record_files(
         self,
