@@ -359,14 +359,11 @@ class BronzeJob(StreamingJob):
         split = self.split_batch(batch, batch_id, broken)
         seconds: dict[str, float] = {}
         with timed(seconds, "write"):
-            if batch_id in self.replayable:
-                # Written before the restart, Delta skips the append and the observation never
-                # fills: a batch that may be a replay is counted on its own first.
-                metrics = split.count()
-                self._append(split.good, self.table.full_name, batch_id)
-            else:
-                self._append(split.good, self.table.full_name, batch_id)
-                metrics = split.observation.get
+            # Written before the restart, Delta skips the append and the observation never
+            # fills: a batch that may be a replay is counted on its own first.
+            replay_counts = split.count() if batch_id in self.replayable else None
+            self._append(split.good, self.table.full_name, batch_id)
+            metrics = replay_counts or split.observation.get
         if metrics["quarantined"]:
             with timed(seconds, "quarantine"):
                 self._append(self._quarantine_rows(split, broken), self.quarantine_table,
