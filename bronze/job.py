@@ -7,11 +7,11 @@ Each micro-batch of Spark's file stream source is handled in ``foreachBatch``:
 2. good rows are appended to the bronze table in one pass that also counts (``observe``) the
    records read and those to quarantine; only if there are any, malformed rows and rows of
    unreadable files are appended to ``<table>_quarantine`` (raw text, reason, source file,
-   batch id). Appends use Delta's idempotent writes (``txnAppId`` = the query's id,
-   ``txnVersion`` = the batch id), so a batch replayed after a crash is written once;
-3. rows per file are read back from both tables, checked against the counts of step 2, and
-   appended, the same idempotent way, to the file ledger ``<table>_files``; a file none of
-   whose records parse is marked failed.
+   batch id). Each commit is tagged ``<query id>:<batch id>``; a batch replayed after a crash
+   looks for its tagged commits and writes only what is missing, so it is written once;
+3. rows per file are read back from the batch's own commits (the tables' change data feed),
+   checked against the counts of step 2, and appended, the same way, to the file ledger
+   ``<table>_files``; a file none of whose records parse is marked failed.
 
 After the query stops, :meth:`BronzeJob.finish` reconciles the landing zone: files whose batch
 is committed in the checkpoint are archived (or deleted) and unreadable files moved to the
@@ -44,7 +44,14 @@ from pyspark.sql.types import (
 from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
 from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
-from framework.delta import append, create_table
+from framework.delta import (
+    CHANGE_FEED,
+    append,
+    batch_commit,
+    change_feed_enabled,
+    create_table,
+    version_rows,
+)
 from framework.errors import ConfigError, JobError
 from framework.job import StreamingJob, timed
 from framework.listener import BatchProgress
@@ -88,8 +95,10 @@ LEDGER_SCHEMA = StructType(
 
 
 # Statistics only on the ingestion columns: bronze is read by streams and by batch id, and
-# collecting min/max of every data column costs a share of the write.
-BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}"}
+# collecting min/max of every data column costs a share of the write. The change data feed lets
+# each batch's rows be read back from its own commit (see BronzeJob._batch_rows).
+BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}",
+                     CHANGE_FEED: "true"}
 
 
 class FileStatus:
@@ -281,6 +290,7 @@ class BronzeJob(StreamingJob):
             self.quarantine_table: self.table.companion_location("quarantine"),
             self.ledger_table: self.table.companion_location("files"),
         }
+        self.change_feed: dict[str, bool] = {}  # per table written: whether its feed is on
         self.batches: list[BatchCounts] = []
         self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._started = threading.Event()
@@ -299,13 +309,18 @@ class BronzeJob(StreamingJob):
         bronze_fields = list(self.schema.fields)
         if self.spec.rescued_column:
             bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
-        create_table(self.spark, self.table.full_name,
-                     StructType(bronze_fields + METADATA_FIELDS),
-                     self.locations[self.table.full_name], comment=self.spec.description,
-                     properties=BRONZE_PROPERTIES)
-        create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
-                     self.locations[self.quarantine_table],
-                     comment=f"Malformed records and rows of unreadable files of {self.table.name}")
+        tables = {
+            self.table.full_name: (StructType(bronze_fields + METADATA_FIELDS),
+                                   self.spec.description),
+            self.quarantine_table: (QUARANTINE_SCHEMA, "Malformed records and rows of "
+                                                       f"unreadable files of {self.table.name}"),
+        }
+        for name, (schema, comment) in tables.items():
+            location = self.locations[name]
+            created = create_table(self.spark, name, schema, location, comment=comment,
+                                   properties=BRONZE_PROPERTIES)
+            # A table made before the feed was recorded is read back whole (filtered by batch).
+            self.change_feed[name] = created or change_feed_enabled(self.spark, location)
         create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
                      self.locations[self.ledger_table],
                      comment=f"One row per landing file of {self.table.name}, with its status")
@@ -359,12 +374,13 @@ class BronzeJob(StreamingJob):
         split = self.split_batch(batch, batch_id, broken)
         seconds: dict[str, float] = {}
         with timed(seconds, "write"):
-            # Written before the restart, Delta skips the append and the observation never
-            # fills: a batch that may be a replay is counted on its own first.
-            replay_counts = split.count() if batch_id in self.replayable else None
-            self._append(split.good, self.table.full_name, batch_id)
-            metrics = replay_counts or split.observation.get
-        if metrics["quarantined"]:
+            if self._written(self.table.full_name, batch_id):
+                # Appended before a restart: counted in a pass of its own, not written again.
+                metrics = split.count()
+            else:
+                self._append(split.good, self.table.full_name, batch_id)
+                metrics = split.observation.get
+        if metrics["quarantined"] and not self._written(self.quarantine_table, batch_id):
             with timed(seconds, "quarantine"):
                 self._append(self._quarantine_rows(split, broken), self.quarantine_table,
                              batch_id)
@@ -439,10 +455,26 @@ class BronzeJob(StreamingJob):
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
-    def _append(self, df: DataFrame, table: str, batch_id: int, idempotent: bool = True) -> None:
-        """Append, idempotently unless told otherwise (see :func:`framework.delta.append`)."""
+    def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
+        """Append, tagged with this writer and batch (see :func:`framework.delta.append`)."""
         assert self.writer_id is not None
-        append(df, self.locations[table], self.writer_id, batch_id, idempotent=idempotent)
+        append(df, self.locations[table], self.writer_id, batch_id, idempotent=False)
+
+    def _written(self, table: str, batch_id: int) -> bool:
+        """Whether this batch was appended to ``table`` before a restart.
+
+        Only a batch the checkpoint had planned but not committed when the run started can
+        have been: the source plans each batch once, in order, and a batch fails the query
+        rather than being retried within it. Such a batch's earlier append is found by its
+        commit's tag. Every other batch is appended without asking, which spares Delta the
+        rebuild of the table's state that its own idempotent writes (``txnAppId``) cost on
+        every append.
+        """
+        if batch_id not in self.replayable:
+            return False
+        assert self.writer_id is not None
+        return batch_commit(self.spark, self.locations[table], self.writer_id,
+                            batch_id) is not None
 
     def _record_files(
         self,
@@ -476,27 +508,37 @@ class BronzeJob(StreamingJob):
             mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
             rows.append((path, info.size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status,
                          reason, path, now, now))
-        # Only a replayed batch can find its ledger rows written already, so only then is the
-        # ledger read; a plain append avoids the cost of an idempotent one on every batch.
-        if rows and not (batch_id in self.replayable and self._ledger_has(batch_id)):
-            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id,
-                         idempotent=False)
+        if rows and not self._written(self.ledger_table, batch_id):
+            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
         return counts
-
-    def _ledger_has(self, batch_id: int) -> bool:
-        ledger = self.spark.read.format("delta").load(self.locations[self.ledger_table])
-        return bool(ledger.where(F.col("batch_id") == batch_id).limit(1).count())
 
     def _rows_per_file(self, table: str, batch_id: int, files: Iterable[str]) -> dict[str, int]:
         """Rows of this batch per source file (by local path), read back from what was written."""
         rows = (
-            self.spark.read.format("delta").load(self.locations[table])
+            self._batch_rows(table, batch_id)
             .where((F.col(BATCH_ID) == batch_id) & _is_one_of(files))
             .groupBy(SOURCE_FILE)
             .count()
             .collect()
         )
         return {local_path(r[SOURCE_FILE]): int(r["count"]) for r in rows}
+
+    def _batch_rows(self, table: str, batch_id: int) -> DataFrame:
+        """What holds this batch's rows of ``table``: the rows its commit added, read from that
+        commit's files (the change data feed), or else the whole table.
+
+        Reading the table whole makes Delta rebuild its state and list every file, a cost that
+        grows with the table and dominates a small batch; one commit's files are found from the
+        commit alone. An append is one commit, so the batch's rows are all in it, whether it
+        was written now or before a restart.
+        """
+        location = self.locations[table]
+        assert self.writer_id is not None
+        if self.change_feed.get(table):
+            version = batch_commit(self.spark, location, self.writer_id, batch_id)
+            if version is not None:
+                return version_rows(self.spark, location, version)
+        return self.spark.read.format("delta").load(location)
 
     # ------------------------------------------------------------------ after the query
     def finish(self, progress: list[BatchProgress]) -> dict[str, int]:

@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
+# Table property: record the change data feed. For an append-only table this costs nothing on
+# write (the rows a commit inserted are its added files); it lets a batch's rows be read back
+# from its own commit.
+CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
 def sql_string(value: str) -> str:
@@ -74,3 +81,41 @@ def append(df: DataFrame, location: str, writer_id: str, batch_id: int, *,
     if idempotent:
         writer = writer.option("txnAppId", writer_id).option("txnVersion", batch_id)
     writer.save(location)
+
+
+def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,
+                 page: int = 10) -> int | None:
+    """The version of the commit in which ``writer_id`` appended ``batch_id`` to the Delta table
+    at ``location`` (found by its tag, see :func:`append`), or None if it never did.
+
+    A writer's batches commit in order, so the history is read from the newest commit back only
+    until this batch's commit, or one of an earlier batch of the same writer, shows up: a page
+    for a batch just written, more only when other writers committed since.
+    """
+    table = DeltaTable.forPath(spark, location)
+    limit = page
+    while True:
+        rows = table.history(limit).select("version", "userMetadata").collect()
+        for row in sorted(rows, key=lambda r: -r["version"]):
+            writer, _, batch = (row["userMetadata"] or "").rpartition(":")
+            if writer == writer_id and batch.isdigit() and int(batch) <= batch_id:
+                return int(row["version"]) if int(batch) == batch_id else None
+        if len(rows) < limit:  # the whole history is read
+            return None
+        limit *= 4
+
+
+def change_feed_enabled(spark: SparkSession, location: str) -> bool:
+    """Whether the Delta table at ``location`` records its change data feed."""
+    row = spark.sql(
+        f"SHOW TBLPROPERTIES delta.`{location}` ('{CHANGE_FEED}')"
+    ).first()
+    return row is not None and str(row["value"]).lower() == "true"
+
+
+def version_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
+    """The rows one commit added to a table whose change data feed is on: read from that
+    commit's own files, without listing the rest of the table."""
+    return (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", version).option("endingVersion", version)
+            .load(location).where(F.col("_change_type") == "insert"))

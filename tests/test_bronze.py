@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze.job import BronzeJob
+from framework.checkpoint import last_committed_batch
 from framework.job import RunContext, RunStatus, TableRunSummary
 from tests.support import (
     Lakehouse,
@@ -180,19 +183,57 @@ def test_reconcile_repairs_an_interrupted_archive(
     assert statuses == ["archived"] * 4
 
 
+@pytest.mark.parametrize("change_feed", [True, False], ids=["own_commits", "whole_tables"])
+def test_the_ledger_counts_each_files_rows_from_what_was_committed(
+    spark: SparkSession, lakehouse: Lakehouse, change_feed: bool
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    landing = lakehouse.path("landing", "orders")
+    table = lakehouse.project().table("orders")
+    job = BronzeJob(spark, table, RunContext())
+    job.prepare()
+    assert set(job.change_feed.values()) == {True}  # tables made now record their feed
+    if not change_feed:  # as tables made before the feed was recorded: read back whole
+        for name in ("", "quarantine"):
+            location = table.companion_location(name) if name else table.location
+            spark.sql(f"ALTER TABLE delta.`{location}` "
+                      "SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+    write_json_lines(landing / "a.json", [order(1), order(2), order(3)], ["{broken"])
+    write_json_lines(landing / "b.json", [order(4)], ["[]", "nope"])
+    os.utime(landing / "a.json", (1_700_000_000, 1_700_000_000))  # read first
+    run_bronze(spark, lakehouse)
+    write_json_lines(landing / "c.json", [order(5), order(6)])
+    job = BronzeJob(spark, table, RunContext())
+    summary = job.run()
+
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    assert set(job.change_feed.values()) == {change_feed}
+    ledger = spark.read.format("delta").load(table.companion_location("files"))
+    got = ledger.select(F.element_at(F.split("path", "/"), -1).alias("file"), "batch_id",
+                        "good_rows", "quarantined_rows")
+    expected = spark.createDataFrame(
+        [("a.json", 0, 3, 1), ("b.json", 1, 1, 2), ("c.json", 2, 2, 0)],
+        "file STRING, batch_id BIGINT, good_rows BIGINT, quarantined_rows BIGINT")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_a_batch_committed_to_bronze_just_before_a_crash_is_replayed_once(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
     lakehouse.add_table("bronze", "orders", bronze_spec(clean_source="off"))
     ids = write_order_files(lakehouse.path("landing", "orders"), files=3, per_file=4)
-    run_bronze(spark, lakehouse)
     table = lakehouse.project().table("orders")
     ledger = table.companion_location("files")
-    # What a driver killed right after the bronze commit leaves behind: the batch planned but
-    # not committed in the checkpoint, no ledger row of it. Delta skips the replayed append.
-    for name in ("0", ".0.crc"):  # the commit and its checksum file
-        (Path(table.checkpoint) / "commits" / name).unlink()
-    spark.sql(f"DELETE FROM delta.`{ledger}` WHERE batch_id = 0")
+    BronzeJob(spark, table, RunContext()).prepare()
+    # The batch fails right after its bronze commit (the ledger refuses its rows), leaving what
+    # a driver killed at that moment leaves: bronze written, the batch planned but not
+    # committed in the checkpoint, no ledger commit of it.
+    spark.sql(f"ALTER TABLE delta.`{ledger}` ADD CONSTRAINT crash CHECK (batch_id <> 0)")
+    failed = BronzeJob(spark, table, RunContext()).run()
+    assert failed.status is RunStatus.FAILED
+    assert spark.read.format("delta").load(table.location).count() == len(ids)
+    assert last_committed_batch(table.checkpoint) == -1
+    spark.sql(f"ALTER TABLE delta.`{ledger}` DROP CONSTRAINT crash")
 
     summary = run_bronze(spark, lakehouse)
     assert summary.counts["records_read"] == 12 and summary.counts["quarantined_rows"] == 0
