@@ -45,23 +45,29 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
                        env: Environment | None = None) -> dict[str, int]:
     """The files a file stream source put into ``batch_id``: path -> modification time (ms).
 
-    This is the source's own metadata log (``sources/<n>/<batch>``), written before the batch
-    runs, so it lists every file of the batch, empty ones included. Every
-    ``spark.sql.streaming.fileSource.log.compactInterval`` batches the log is compacted into
-    ``<id>.compact``, which holds all entries up to that batch.
+    The batch covers the source's log entries after the previous batch's offset up to its own
+    (both in the checkpoint's offset log). Usually that is one entry with the batch's id, but
+    not always: a query stopped between the source logging its next files and the offset log
+    recording the batch leaves an entry no batch has read, and the next batch reads it along
+    with its own. The source's log (``sources/<n>/<id>``) is written before the batch runs, so
+    it lists every file of the batch, empty ones included. Every
+    ``spark.sql.streaming.fileSource.log.compactInterval`` entries the log is compacted into
+    ``<id>.compact``, which holds all entries up to that one.
     """
+    end = _source_offset(checkpoint, batch_id, source, env)
+    start = _source_offset(checkpoint, batch_id - 1, source, env) if batch_id > 0 else -1
+    wanted = range(start + 1, end + 1)
     folder = f"{checkpoint.rstrip('/')}/sources/{source}"
     store = storage_for(folder, env)
-    plain = f"{folder}/{batch_id}"
-    candidates = [plain] if store.exists(plain) else []
-    if not candidates and store.exists(folder):
+    candidates = [f"{folder}/{i}" for i in wanted if store.exists(f"{folder}/{i}")]
+    if len(candidates) < len(wanted) and store.exists(folder):
         compacts = sorted(
             (int(name.split(".")[0]), f.path)
             for f in store.list_files(folder)
             if (name := f.path.rsplit("/", 1)[-1]).endswith(".compact")
             and name.split(".")[0].isdigit()
         )
-        candidates = [path for cid, path in compacts if cid >= batch_id][:1]
+        candidates += [path for cid, path in compacts if cid >= start + 1][:1]
     files: dict[str, int] = {}
     for path in candidates:
         with store.open(path) as fh:
@@ -69,6 +75,16 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
         for line in lines[1:]:  # the first line is the log's version, "v1"
             if line.strip():
                 entry = json.loads(line)
-                if int(entry["batchId"]) == batch_id:
+                if int(entry["batchId"]) in wanted:
                     files[entry["path"]] = int(entry["timestamp"])
     return files
+
+
+def _source_offset(checkpoint: str, batch_id: int, source: int,
+                   env: Environment | None) -> int:
+    """A file source's log offset at the end of ``batch_id``, from the offset log: after the
+    version line and the batch's metadata, one line per source (``{"logOffset": N}``)."""
+    path = f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
+    with storage_for(path, env).open(path) as fh:
+        lines = fh.read().decode("utf-8").splitlines()
+    return int(json.loads(lines[2 + source])["logOffset"])

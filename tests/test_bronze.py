@@ -217,6 +217,38 @@ def test_the_ledger_counts_each_files_rows_from_what_was_committed(
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_a_file_logged_by_a_stopped_query_is_ingested_with_the_next_batch(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    landing = lakehouse.path("landing", "orders")
+    write_json_lines(landing / "a.json", [order(1), order(2)])
+    run_bronze(spark, lakehouse)
+    table = lakehouse.project().table("orders")
+    write_json_lines(landing / "b.json", [order(3)])
+    write_json_lines(landing / "c.json", [order(4), order(5)])
+    os.utime(landing / "b.json", (1_700_000_000, 1_700_000_000))
+    # A query stopped after its source logged the next file (b) and before the offset log
+    # recorded the batch leaves a source log entry no batch has read; Spark's next batch reads
+    # it together with the file it picks next (c).
+    entry = {"path": (landing / "b.json").as_uri(), "timestamp": 1_700_000_000_000, "batchId": 1}
+    (Path(table.checkpoint) / "sources" / "0" / "1").write_text("v1\n" + json.dumps(entry))
+
+    summary = run_bronze(spark, lakehouse)
+    assert summary.counts["records_read"] == 3
+    bronze = spark.read.format("delta").load(table.location)
+    assert sorted(r["order_id"] for r in bronze.collect()) == [order(i)["order_id"]
+                                                               for i in range(1, 6)]
+    ledger = spark.read.format("delta").load(table.companion_location("files"))
+    got = ledger.select(F.element_at(F.split("path", "/"), -1).alias("file"), "batch_id",
+                        "rows", "status")
+    expected = spark.createDataFrame(
+        [("a.json", 0, 2, "archived"), ("b.json", 1, 1, "archived"),
+         ("c.json", 1, 2, "archived")], "file STRING, batch_id BIGINT, rows BIGINT, status STRING")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    assert files_under(landing) == []
+
+
 def test_a_batch_committed_to_bronze_just_before_a_crash_is_replayed_once(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
