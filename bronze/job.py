@@ -136,8 +136,9 @@ class BatchSplit:
     observation: Observation  # records read and records to quarantine
 
     def count(self) -> dict[str, int]:
-        """The observation's figures, counted without writing (for a batch that may be a
-        replay: Delta skips an append it has committed, and its observation never fills)."""
+        """The observation's figures, counted without writing (for a replayed batch whose
+        append committed before the restart: it is not written again, so nothing fills the
+        observation)."""
         row = self.stamped.agg(*_counts(self.to_quarantine)).first()
         assert row is not None  # an aggregate without grouping returns one row
         return row.asDict()
