@@ -46,7 +46,6 @@ from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
 from framework.delta import (
     CHANGE_FEED,
-    append,
     batch_commit,
     change_feed_enabled,
     create_table,
@@ -457,25 +456,11 @@ class BronzeJob(StreamingJob):
         )
 
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
-        """Append, tagged with this writer and batch (see :func:`framework.delta.append`)."""
-        assert self.writer_id is not None
-        append(df, self.locations[table], self.writer_id, batch_id, idempotent=False)
+        """Append the batch's rows to ``table``, whose commit of this batch was looked for."""
+        self.append_batch(df, self.locations[table], batch_id, checked=True)
 
     def _written(self, table: str, batch_id: int) -> bool:
-        """Whether this batch was appended to ``table`` before a restart.
-
-        Only a batch the checkpoint had planned but not committed when the run started can
-        have been: the source plans each batch once, in order, and a batch fails the query
-        rather than being retried within it. Such a batch's earlier append is found by its
-        commit's tag. Every other batch is appended without asking, which spares Delta the
-        rebuild of the table's state that its own idempotent writes (``txnAppId``) cost on
-        every append.
-        """
-        if batch_id not in self.replayable:
-            return False
-        assert self.writer_id is not None
-        return batch_commit(self.spark, self.locations[table], self.writer_id,
-                            batch_id) is not None
+        return self.written_before(self.locations[table], batch_id)
 
     def _record_files(
         self,

@@ -71,16 +71,15 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
         "clustered": clustered}
 
 
-def append(df: DataFrame, location: str, writer_id: str, batch_id: int, *,
-           idempotent: bool = True) -> None:
-    """Append ``df`` to the Delta table at ``location``, tagged ``<writer_id>:<batch_id>`` in
-    the commit's user metadata. Idempotent by default (``txnAppId``/``txnVersion``): Delta
-    skips the append if this writer already committed this batch."""
-    writer = df.write.format("delta").mode("append").option("userMetadata",
-                                                             f"{writer_id}:{batch_id}")
-    if idempotent:
-        writer = writer.option("txnAppId", writer_id).option("txnVersion", batch_id)
-    writer.save(location)
+def append(df: DataFrame, location: str, writer_id: str, batch_id: int) -> None:
+    """Append ``df`` to the Delta table at ``location`` in one commit tagged
+    ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit` finds it.
+
+    Delta's idempotent-write options (``txnAppId``/``txnVersion``) are not used: in Delta 4.4
+    their lookup rebuilds the table's state from its log on every append. A writer that may
+    replay a batch asks :func:`batch_commit` first (see ``StreamingJob.written_before``)."""
+    df.write.format("delta").mode("append").option(
+        "userMetadata", f"{writer_id}:{batch_id}").save(location)
 
 
 def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,

@@ -33,6 +33,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer, Table
+from framework.delta import append, batch_commit
 from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
@@ -288,6 +289,33 @@ class StreamingJob(ABC):
     def sink_rows(self, progress: list[BatchProgress]) -> int:
         """Rows written by :meth:`delta_sink` over the batches of ``progress``."""
         return sum(int(p.observed.get(self._observation, {}).get("rows", 0)) for p in progress)
+
+    def written_before(self, location: str, batch_id: int) -> bool:
+        """Whether this batch was appended (:meth:`append_batch`) to the Delta table at
+        ``location`` before a restart.
+
+        Only a batch the checkpoint had planned but not committed when the run started can
+        have been: the source plans each batch once, in order, and a batch fails the query
+        rather than being retried within it. Such a batch's earlier append is found by its
+        commit's tag. Every other batch is appended without asking, which spares Delta the
+        rebuild of the table's state that its own idempotent writes (``txnAppId``) cost on
+        every append.
+        """
+        if batch_id not in self.replayable:
+            return False
+        assert self.writer_id is not None
+        return batch_commit(self.spark, location, self.writer_id, batch_id) is not None
+
+    def append_batch(self, df: DataFrame, location: str, batch_id: int, *,
+                     checked: bool = False) -> bool:
+        """Append ``df`` to the Delta table at ``location`` as this batch's one commit, tagged
+        with the writer and batch, unless the batch was appended before a restart
+        (``checked``: the caller already asked :meth:`written_before`). True when it wrote."""
+        if not checked and self.written_before(location, batch_id):
+            return False
+        assert self.writer_id is not None
+        append(df, location, self.writer_id, batch_id)
+        return True
 
     @property
     def _observation(self) -> str:

@@ -18,8 +18,9 @@ A table with no expectation, no cast and plain appends is written by Delta's str
 by an observed metric. Otherwise each micro-batch is written in ``foreachBatch``: expectations
 are evaluated (``fail`` raises inside the batch's own computation, so no table of the batch
 commits), broken rows are counted per rule, dropped or quarantined, and the good rows are
-appended (idempotently: ``txnAppId``/``txnVersion``), merged by key (upsert), or written into
-the batch's partition of a Hive-bucketed parquet table.
+appended (one commit per table, tagged with the query and batch: a batch replayed after a crash
+appends only where its commit is missing), merged by key (upsert), or written into the batch's
+partition of a Hive-bucketed parquet table.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from framework.config.model import Layer
-from framework.delta import append, create_table, sql_string
+from framework.delta import create_table, sql_string
 from framework.errors import JobError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
@@ -231,7 +232,7 @@ class SilverJob(StreamingJob):
                         F.lit(batch_id).cast("long").alias(BATCH_ID),
                         F.current_timestamp().alias("_quarantined_at"),
                     )
-                    self._append(rows, self.quarantine_location, batch_id)
+                    self.append_batch(rows, self.quarantine_location, batch_id)
             else:
                 observation = Observation(f"silver_{self.table.name}_{batch_id}")
                 observed = df.observe(observation, *aggs)
@@ -265,11 +266,7 @@ class SilverJob(StreamingJob):
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)
         else:
-            self._append(df, self.table.location, batch_id)
-
-    def _append(self, df: DataFrame, location: str, batch_id: int) -> None:
-        assert self.writer_id is not None
-        append(df, location, self.writer_id, batch_id)
+            self.append_batch(df, self.table.location, batch_id)
 
     def _merge(self, df: DataFrame) -> None:
         """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never

@@ -244,6 +244,42 @@ def test_upsert_keeps_the_latest_row_per_key_and_a_replayed_batch_changes_nothin
                        spark.createDataFrame(before, table.schema), ignore_row_order=True)
 
 
+def test_a_batch_appended_just_before_a_crash_is_replayed_once(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(expectations=[
+        {"name": "positive_quantity", "rule": "quantity > 0", "action": "quarantine"}]))
+    location = bronze_location(lakehouse)
+    batches = [[row(f"{b}{i}", "c1", 1, BASE) for i in range(4)] + [row(f"{b}-zero", "c1", 0, BASE)]
+               for b in ("a", "b")]
+    write_delta_commits(spark, location, batches[:1])
+    run_silver(spark, lakehouse)
+    table = lakehouse.project().table("orders", Layer.SILVER)
+    quarantine = table.companion_location("quarantine")
+    # Batch 1 fails right after its silver commit (the quarantine refuses its rows), leaving
+    # what a driver killed at that moment leaves: silver written, the batch not committed.
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` ADD CONSTRAINT crash CHECK (_batch_id <> 1)")
+    write_delta_commits(spark, location, batches[1:])
+    failed, _ = run_silver(spark, lakehouse, ok=False)
+    assert failed.status is RunStatus.FAILED
+    assert silver_df(spark, lakehouse).count() == 8
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` DROP CONSTRAINT crash")
+
+    summary, _ = run_silver(spark, lakehouse)
+
+    assert summary.batches == 1  # the replay
+    assert (summary.rows_out, summary.counts["quarantined_rows"]) == (4, 1)
+    expected = spark.createDataFrame([(f"{b}{i}",) for b in "ab" for i in range(4)],
+                                     "order_id STRING")
+    assert_df_equality(silver_df(spark, lakehouse).select("order_id"), expected,
+                       ignore_row_order=True, ignore_nullable=True)  # none twice
+    keys = spark.read.format("delta").load(quarantine).select(
+        F.get_json_object("_row", "$.order_id").alias("order_id"))
+    assert_df_equality(keys, spark.createDataFrame([("a-zero",), ("b-zero",)], "order_id STRING"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
 def test_cluster_by_creates_a_clustered_table_that_optimize_lays_out(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
