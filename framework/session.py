@@ -102,7 +102,11 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
-        # Delta rebuilds a table's state (needed by every idempotent write) with this many
+        # The file source resolves a batch's files (and, on restart, the last batch's) by
+        # listing them; past 32 paths Spark does it as a job of one task per path, seconds on a
+        # few cores for what a local disk answers from the driver in milliseconds.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+        # Delta rebuilds a table's state (for its streaming sink, MERGE, a scan) with this many
         # tasks; its default of 50 makes each small commit cost seconds on a few cores.
         "spark.databricks.delta.snapshotPartitions": str(env.shuffle_partitions),
     }
