@@ -46,7 +46,6 @@ from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
 from framework.delta import (
     CHANGE_FEED,
-    batch_commit,
     change_feed_enabled,
     create_table,
     version_rows,
@@ -519,9 +518,8 @@ class BronzeJob(StreamingJob):
         was written now or before a restart.
         """
         location = self.locations[table]
-        assert self.writer_id is not None
         if self.change_feed.get(table):
-            version = batch_commit(self.spark, location, self.writer_id, batch_id)
+            version = self.batch_version(location, batch_id)
             if version is not None:
                 return version_rows(self.spark, location, version)
         return self.spark.read.format("delta").load(location)

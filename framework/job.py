@@ -203,6 +203,7 @@ class StreamingJob(ABC):
         # The query's id, kept in the checkpoint: it names this writer across restarts (and
         # changes when the checkpoint is reset, so a new history is never skipped).
         self.writer_id: str | None = None
+        self._batch_versions: dict[tuple[str, int], int] = {}  # see batch_version
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
@@ -301,21 +302,30 @@ class StreamingJob(ABC):
         rebuild of the table's state that its own idempotent writes (``txnAppId``) cost on
         every append.
         """
-        if batch_id not in self.replayable:
-            return False
-        assert self.writer_id is not None
-        return batch_commit(self.spark, location, self.writer_id, batch_id) is not None
+        return batch_id in self.replayable and self.batch_version(location, batch_id) is not None
+
+    def batch_version(self, location: str, batch_id: int) -> int | None:
+        """The version of this writer's commit of ``batch_id`` in the Delta table at
+        ``location`` (:func:`framework.delta.batch_commit`), None while there is none; a
+        version found is kept, so a batch asks the table's history once."""
+        key = (location, batch_id)
+        if key not in self._batch_versions:
+            assert self.writer_id is not None
+            version = batch_commit(self.spark, location, self.writer_id, batch_id)
+            if version is None:
+                return None
+            self._batch_versions[key] = version
+        return self._batch_versions[key]
 
     def append_batch(self, df: DataFrame, location: str, batch_id: int, *,
-                     checked: bool = False) -> bool:
+                     checked: bool = False) -> None:
         """Append ``df`` to the Delta table at ``location`` as this batch's one commit, tagged
         with the writer and batch, unless the batch was appended before a restart
-        (``checked``: the caller already asked :meth:`written_before`). True when it wrote."""
+        (``checked``: the caller already asked :meth:`written_before`)."""
         if not checked and self.written_before(location, batch_id):
-            return False
+            return
         assert self.writer_id is not None
         append(df, location, self.writer_id, batch_id)
-        return True
 
     @property
     def _observation(self) -> str:
