@@ -5,18 +5,22 @@ Each micro-batch of Spark's file stream source is handled in ``foreachBatch``:
 1. files that cannot be read whole (empty, broken compression, a bad parquet footer) are found
    from the files themselves;
 2. good rows are appended to the bronze table in one pass that also counts (``observe``) the
-   records read and those to quarantine; only if there are any, malformed rows and rows of
-   unreadable files are appended to ``<table>_quarantine`` (raw text, reason, source file,
-   batch id). Each commit is tagged ``<query id>:<batch id>``; a batch replayed after a crash
-   looks for its tagged commits and writes only what is missing, so it is written once;
-3. rows per file are read back from the batch's own commits (the tables' change data feed),
-   checked against the counts of step 2, and appended, the same way, to the file ledger
-   ``<table>_files``; a file none of whose records parse is marked failed.
+   records read and those to quarantine, in all and per source file; only if there are any,
+   malformed rows and rows of unreadable files are appended to ``<table>_quarantine`` (raw
+   text, reason, source file, batch id). Each commit is tagged ``<query id>:<batch id>``; a
+   batch replayed after a crash looks for its tagged commits and writes only what is missing,
+   so it is written once;
+3. the batch's files are appended to the file ledger ``<table>_files`` (partitioned by batch),
+   with their rows in bronze and in quarantine; a file none of whose records parse is marked
+   failed. A replayed batch reads its rows per file back from its own commits (the tables'
+   change data feed), as does a batch whose files' counts cannot be told apart.
 
 After the query stops, :meth:`BronzeJob.finish` reconciles the landing zone: files whose batch
 is committed in the checkpoint are archived (or deleted) and unreadable files moved to the
-quarantine folder. Spark's own ``cleanSource`` archives a batch's files only when the next
-batch starts, so without this step the last batch's files would never leave landing.
+quarantine folder, and their batches' ledger rows replaced with the new statuses. Spark's own
+``cleanSource`` archives a batch's files only when the next batch starts, so without this step
+the last batch's files would never leave landing. The checkpoint records the last batch whose
+files are all settled, so a run reads the ledger only when an earlier one left files behind.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any, ClassVar, cast
+from urllib.parse import urlparse
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
@@ -42,12 +47,18 @@ from pyspark.sql.types import (
 )
 
 from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
-from framework.checkpoint import batch_source_files, last_committed_batch
+from framework.checkpoint import (
+    batch_source_files,
+    last_committed_batch,
+    last_reconciled_batch,
+    mark_reconciled,
+)
 from framework.config.model import Layer
 from framework.delta import (
     CHANGE_FEED,
     change_feed_enabled,
     create_table,
+    replace_rows,
     version_rows,
 )
 from framework.errors import ConfigError, JobError
@@ -119,8 +130,12 @@ class BatchCounts:
     quarantined: int = 0
     files: int = 0
     failed_files: int = 0
+    # Where the rows per file were counted: "observed" as they were written, or read back
+    # from the batch's "commits" (a replayed batch, or files whose counts could not be told
+    # apart).
+    counted_from: str = "observed"
     # Where the batch's time went: "write" (parsing and the bronze append), "quarantine",
-    # "ledger" (rows per file read back, the ledger append).
+    # "ledger" (the ledger append, and rows per file read back for a replayed batch).
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -131,7 +146,8 @@ class BatchSplit:
     stamped: DataFrame  # every record, with its ingestion time and batch id
     to_quarantine: Column  # true for a malformed record or a row of an unreadable file
     good: DataFrame  # the bronze rows; writing them fills ``observation``
-    observation: Observation  # records read and records to quarantine
+    # Records read and records to quarantine, in all and per source file (see _per_file)
+    observation: Observation
 
     def count(self) -> dict[str, int]:
         """The observation's figures, counted without writing (for a replayed batch whose
@@ -258,16 +274,27 @@ def unreadable_reason(storage: Any, path: str, size: int, fmt: SourceFormat) -> 
     return None
 
 
+def _uri_forms(path: str) -> set[str]:
+    """The ways Spark may spell a file's path: the file source's log says ``file:///x``,
+    ``_metadata.file_path`` says ``file:/x``, either percent-encoded."""
+    forms = {path}
+    if "://" not in path or path.startswith("file:"):
+        encoded = urlparse(path).path if path.startswith("file:") else path
+        for p in {local_path(path), encoded}:
+            forms.update({p, f"file:{p}", f"file://{p}"})
+    return forms
+
+
 def _is_one_of(paths: Iterable[str]) -> Column:
-    """Whether the row's source file is one of ``paths``, however Spark spells its URI
-    (the file source's log says ``file:///x``, ``_metadata.file_path`` says ``file:/x``)."""
-    forms = set()
-    for p in paths:
-        forms.add(p)
-        if "://" not in p or p.startswith("file:"):
-            local = local_path(p)
-            forms.update({local, f"file:{local}", f"file://{local}"})
+    """Whether the row's source file is one of ``paths``, however Spark spells its URI."""
+    forms = {form for p in paths for form in _uri_forms(p)}
     return F.col(SOURCE_FILE).isin(sorted(forms)) if forms else F.lit(False)
+
+
+def _tolerance(h: float) -> float:
+    """How far a histogram bin may drift from its file's hash: merging two bins of one file
+    averages their positions, which is exact but for rounding."""
+    return 1e-9 * max(1.0, abs(h))
 
 
 class BronzeJob(StreamingJob):
@@ -291,6 +318,11 @@ class BronzeJob(StreamingJob):
         }
         self.change_feed: dict[str, bool] = {}  # per table written: whether its feed is on
         self.batches: list[BatchCounts] = []
+        # The ledger rows this run appended, per batch, and whether a replayed batch found its
+        # rows appended before a restart: what reconcile() settles without reading the ledger.
+        self._ledger_rows: dict[int, list[dict[str, Any]]] = {}
+        self._ledger_from_before = False
+        self._committed_at_start: int | None = None  # the checkpoint's, when prepared
         self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._started = threading.Event()
 
@@ -320,9 +352,11 @@ class BronzeJob(StreamingJob):
                                    properties=BRONZE_PROPERTIES)
             # A table made before the feed was recorded is read back whole (filtered by batch).
             self.change_feed[name] = created or change_feed_enabled(self.spark, location)
+        # Partitioned by batch: reconcile() replaces a batch's rows by dropping its files.
         create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
-                     self.locations[self.ledger_table],
+                     self.locations[self.ledger_table], partition_by=["batch_id"],
                      comment=f"One row per landing file of {self.table.name}, with its status")
+        self._committed_at_start = self.replayable.start - 1
 
     def read(self) -> DataFrame:
         src = self.spec.source
@@ -370,10 +404,11 @@ class BronzeJob(StreamingJob):
                                                           env=self.table.env)
         }
         broken = self._broken_files(files)  # found from the files themselves, before writing
-        split = self.split_batch(batch, batch_id, broken)
+        split = self.split_batch(batch, batch_id, broken, len(files))
         seconds: dict[str, float] = {}
         with timed(seconds, "write"):
-            if self._written(self.table.full_name, batch_id):
+            replayed = self._written(self.table.full_name, batch_id)
+            if replayed:
                 # Appended before a restart: counted in a pass of its own, not written again.
                 metrics = split.count()
             else:
@@ -384,9 +419,14 @@ class BronzeJob(StreamingJob):
                 self._append(self._quarantine_rows(split, broken), self.quarantine_table,
                              batch_id)
         with timed(seconds, "ledger"):
-            counts = self._record_files(spark, batch_id, files, broken,
-                                        metrics["quarantined"] > 0)
-        counts.seconds = seconds
+            per_file = None if replayed else self._per_file(metrics, files)
+            counted_from = "observed" if per_file else "commits"
+            if per_file is None:  # read back from what the batch committed
+                per_file = self._rows_per_file(self.table.full_name, batch_id, files), (
+                    self._rows_per_file(self.quarantine_table, batch_id, files)
+                    if metrics["quarantined"] else {})
+            counts = self._record_files(spark, batch_id, files, broken, *per_file)
+        counts.seconds, counts.counted_from = seconds, counted_from
         if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
             raise JobError(
                 self.table.full_name, f"batch {batch_id}",
@@ -402,18 +442,29 @@ class BronzeJob(StreamingJob):
             quarantined_rows=counts.quarantined,
             files=counts.files,
             failed_files=counts.failed_files,
+            rows_per_file_counted_from=counted_from,
             seconds=seconds,
         )
 
-    def split_batch(self, batch: DataFrame, batch_id: int, broken: Iterable[str]) -> BatchSplit:
+    def split_batch(self, batch: DataFrame, batch_id: int, broken: Iterable[str],
+                    files: int = 2) -> BatchSplit:
         """The batch stamped with its ingestion time and id, and its bronze rows: those neither
-        malformed nor from a file in ``broken``, counted as they are written."""
+        malformed nor from a file in ``broken``, counted as they are written, in all and per
+        source file (the batch has ``files`` files)."""
         stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
             BATCH_ID, F.lit(batch_id).cast("long")
         )
         to_quarantine = F.col(CORRUPT).isNotNull() | _is_one_of(broken)
         observation = Observation(f"bronze_{self.table.name}_{batch_id}")
-        observed = stamped.observe(observation, *_counts(to_quarantine))
+        # Rows per file, counted in the same pass: a histogram with a bin per file is exact
+        # (see _per_file), and costs a lookup among the files' bins per row.
+        source, bins = F.xxhash64(SOURCE_FILE).cast("double"), F.lit(max(files, 2))
+        observed = stamped.observe(
+            observation,
+            *_counts(to_quarantine),
+            F.histogram_numeric(source, bins).alias("per_file"),
+            F.histogram_numeric(F.when(to_quarantine, source), bins).alias("quarantined_per_file"),
+        )
         good = observed.where(~to_quarantine).drop(CORRUPT)
         return BatchSplit(stamped, to_quarantine, good, observation)
 
@@ -461,18 +512,55 @@ class BronzeJob(StreamingJob):
     def _written(self, table: str, batch_id: int) -> bool:
         return self.written_before(self.locations[table], batch_id)
 
+    def _per_file(self, metrics: dict[str, Any], files: dict[str, str]
+                  ) -> tuple[dict[str, int], dict[str, int]] | None:
+        """Rows per file (by local path), in bronze and in quarantine, from the batch's
+        observed histograms of its source files' hashes; None when they cannot be told apart,
+        and the rows are then counted from what the batch committed.
+
+        A histogram (``histogram_numeric``) keeps a bin per distinct value until it holds more
+        values than bins; merging the histograms of two tasks that read parts of one file
+        joins that file's two bins first (they are nearest, at distance zero). With a bin per
+        file, every bin is one file and its height the file's exact row count.
+        """
+        forms = {form: local for local, original in files.items()
+                 for form in _uri_forms(original) | _uri_forms(local)}
+        if not forms:
+            return {}, {}
+        hashes = self.spark.createDataFrame([(f,) for f in forms], "f STRING").select(
+            "f", F.xxhash64("f").cast("double").alias("h")).collect()
+        by_hash = sorted((float(r["h"]), forms[r["f"]]) for r in hashes)
+        for (h1, f1), (h2, f2) in pairwise(by_hash):
+            if f1 != f2 and h2 - h1 <= _tolerance(h2) * 1000:
+                return None  # two files' hashes too close to tell their bins apart
+
+        def decode(bins: list[Any] | None) -> dict[str, int] | None:
+            counts: dict[str, int] = {}
+            for b in bins or []:
+                x, y = float(b["x"]), float(b["y"])
+                h, local = min(by_hash, key=lambda c: abs(c[0] - x))
+                if abs(h - x) > _tolerance(h):
+                    return None  # a bin of no file of this batch
+                counts[local] = counts.get(local, 0) + round(y)
+            return counts
+
+        rows, bad = decode(metrics.get("per_file")), decode(metrics.get("quarantined_per_file"))
+        if (rows is None or bad is None or sum(rows.values()) != metrics["records"]
+                or sum(bad.values()) != metrics["quarantined"]):
+            return None
+        return {f: n - bad.get(f, 0) for f, n in rows.items()}, bad
+
     def _record_files(
         self,
         spark: Any,
         batch_id: int,
         files: dict[str, str],
         broken: dict[str, str],
-        any_quarantined: bool,
+        good: dict[str, int],
+        bad: dict[str, int],
     ) -> BatchCounts:
-        """Count each file's rows in bronze and quarantine, and append the ledger rows."""
-        good = self._rows_per_file(self.table.full_name, batch_id, files)
-        bad = (self._rows_per_file(self.quarantine_table, batch_id, files)
-               if any_quarantined else {})
+        """The ledger rows of the batch's files, with their rows in bronze (``good``) and in
+        quarantine (``bad``), appended unless a run before a restart did."""
         now = datetime.now(UTC).replace(tzinfo=None)
         counts = BatchCounts(batch_id=batch_id, files=len(files))
         rows = []
@@ -493,8 +581,12 @@ class BronzeJob(StreamingJob):
             mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
             rows.append((path, info.size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status,
                          reason, path, now, now))
-        if rows and not self._written(self.ledger_table, batch_id):
+        if rows and self._written(self.ledger_table, batch_id):
+            self._ledger_from_before = True  # reconcile() reads the ledger for its rows
+        elif rows:
             self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
+            self._ledger_rows[batch_id] = [dict(zip(LEDGER_SCHEMA.names, r, strict=True))
+                                           for r in rows]
         return counts
 
     def _rows_per_file(self, table: str, batch_id: int, files: Iterable[str]) -> dict[str, int]:
@@ -558,44 +650,67 @@ class BronzeJob(StreamingJob):
     def reconcile(self) -> dict[str, int]:
         """Archive, delete or quarantine the files of committed batches not yet cleaned.
 
-        Safe to repeat: a file already moved (by Spark's cleanSource or an interrupted earlier
-        reconcile) is recognised at its target and only its ledger status is brought up to date.
+        The files are those of this run's batches and, when an earlier run did not settle all
+        of its own (it stopped before, or a file was missing), those left in the ledger. Each
+        batch whose files moved has its ledger rows replaced in one commit. Safe to repeat: a
+        file already moved (by Spark's cleanSource or an interrupted earlier reconcile) is
+        recognised at its target and only its ledger status is brought up to date.
         """
-        committed = last_committed_batch(self.table.checkpoint, self.table.env)
-        ledger = DeltaTable.forPath(self.spark, self.locations[self.ledger_table])
-        pending = (
-            ledger.toDF()
-            .where(F.col("status").isin(FileStatus.INGESTED, FileStatus.FAILED))
-            .where(F.col("batch_id") <= committed)
-            .select("path", "batch_id", "status", "location")
-            .collect()
-        )
+        checkpoint, env = self.table.checkpoint, self.table.env
+        committed = last_committed_batch(checkpoint, env)
         mode = self.spec.source.clean_source
+        pending = ({FileStatus.FAILED} if mode is CleanSource.OFF
+                   else {FileStatus.INGESTED, FileStatus.FAILED})
+        batches = {b: rows for b, rows in self._ledger_rows.items() if b <= committed}
+        if (self._committed_at_start is None or self._ledger_from_before
+                or last_reconciled_batch(checkpoint, env) < self._committed_at_start):
+            batches |= self._unsettled_batches(committed, pending, skip=batches)
         archive_dir = self.spec.archive_dir(self.table)
         quarantine_dir = self.spec.quarantine_dir(self.table)
-        updates: list[tuple[Any, ...]] = []
+        now = datetime.now(UTC).replace(tzinfo=None)
         counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0}
-        for row in pending:
-            settled = settle_file(self.storage, row["path"], row["status"], mode, archive_dir,
-                                  quarantine_dir)
-            if settled is not None:
-                status, location = settled
-                updates.append((row["path"], row["batch_id"], status, location))
-                counted[f"files_{status}"] += 1
-        if updates:
-            now = datetime.now(UTC).replace(tzinfo=None)
-            schema = "path STRING, batch_id BIGINT, status STRING, location STRING"
-            df = self.spark.createDataFrame(updates, schema).withColumn("updated_at", F.lit(now))
-            (
-                ledger.alias("t")
-                .merge(df.alias("s"), "t.path = s.path AND t.batch_id = s.batch_id")
-                .whenMatchedUpdate(set={
-                    "status": "s.status", "location": "s.location", "updated_at": "s.updated_at"
-                })
-                .execute()
-            )
-        self.log.info("bronze.landing.reconciled", committed_batch=committed, **counted)
+        changed: list[int] = []
+        unsettled = 0
+        for batch_id, rows in sorted(batches.items()):
+            for row in rows:
+                if row["status"] not in pending:
+                    continue
+                settled = settle_file(self.storage, row["path"], row["status"], mode,
+                                      archive_dir, quarantine_dir)
+                if settled is None:
+                    unsettled += 1
+                    continue
+                row["status"], row["location"] = settled
+                row["updated_at"] = now
+                counted[f"files_{row['status']}"] += 1
+                if not changed or changed[-1] != batch_id:
+                    changed.append(batch_id)
+        if changed:
+            df = self.spark.createDataFrame(
+                [tuple(r[f] for f in LEDGER_SCHEMA.names) for b in changed for r in batches[b]],
+                LEDGER_SCHEMA)
+            replace_rows(df, self.locations[self.ledger_table],
+                         f"batch_id IN ({', '.join(map(str, changed))})")
+        if not unsettled and mode is not CleanSource.OFF and committed >= 0:
+            mark_reconciled(checkpoint, committed, env)
+        self.log.info("bronze.landing.reconciled", committed_batch=committed,
+                      unsettled_files=unsettled, **counted)
         return counted
+
+    def _unsettled_batches(self, committed: int, pending: set[str], skip: Iterable[int]
+                           ) -> dict[int, list[dict[str, Any]]]:
+        """Every ledger row of the committed batches (not in ``skip``) that have a file in a
+        ``pending`` status, by batch."""
+        ledger = self.spark.read.format("delta").load(self.locations[self.ledger_table])
+        ledger = ledger.where((F.col("batch_id") <= committed)
+                              & ~F.col("batch_id").isin(list(skip)))
+        ids = [r["batch_id"] for r in ledger.where(F.col("status").isin(sorted(pending)))
+               .select("batch_id").distinct().collect()]
+        batches: dict[int, list[dict[str, Any]]] = {}
+        if ids:
+            for row in ledger.where(F.col("batch_id").isin(ids)).collect():
+                batches.setdefault(row["batch_id"], []).append(row.asDict())
+        return batches
 
     # ------------------------------------------------------------------ helpers
     def _parse_schema(self, ddl: str) -> StructType:

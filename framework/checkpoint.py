@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from typing import TYPE_CHECKING
 
 from framework.storage import storage_for
@@ -27,6 +28,33 @@ def last_planned_batch(checkpoint: str, env: Environment | None = None) -> int:
     committed ran, wholly or in part, before the query stopped: the next start runs it again.
     """
     return _last_logged(checkpoint.rstrip("/") + "/offsets", env)
+
+
+def last_reconciled_batch(checkpoint: str, env: Environment | None = None) -> int:
+    """The batch up to which the job settled every file after its query (see
+    :func:`mark_reconciled`), or -1 when it never recorded one."""
+    return _last_logged(_reconciled(checkpoint), env)
+
+
+def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = None) -> None:
+    """Record that every file of the batches up to ``batch_id`` is settled: an empty file
+    ``reconciled/<batch_id>`` next to Spark's own logs, the earlier marks removed. Written
+    after the settling it records, so a run stopped before it leaves the earlier mark, and the
+    next run looks for what is left."""
+    folder = _reconciled(checkpoint)
+    store = storage_for(folder, env)
+    target = f"{folder}/{batch_id}"
+    if not store.exists(target):
+        with tempfile.NamedTemporaryFile() as empty:
+            store.upload(empty.name, target)
+    for f in list(store.list_files(folder)):
+        name = f.path.rsplit("/", 1)[-1]
+        if name.isdigit() and int(name) < batch_id:
+            store.delete(f.path)
+
+
+def _reconciled(checkpoint: str) -> str:
+    return checkpoint.rstrip("/") + "/reconciled"
 
 
 def _last_logged(folder: str, env: Environment | None) -> int:

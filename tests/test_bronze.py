@@ -13,7 +13,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze.job import BronzeJob
-from framework.checkpoint import last_committed_batch
+from framework.checkpoint import last_committed_batch, last_reconciled_batch
+from framework.errors import StorageError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from tests.support import (
     Lakehouse,
@@ -183,36 +184,64 @@ def test_reconcile_repairs_an_interrupted_archive(
     assert statuses == ["archived"] * 4
 
 
-@pytest.mark.parametrize("change_feed", [True, False], ids=["own_commits", "whole_tables"])
-def test_the_ledger_counts_each_files_rows_from_what_was_committed(
-    spark: SparkSession, lakehouse: Lakehouse, change_feed: bool
+def test_files_left_by_a_run_stopped_before_archiving_are_archived_by_the_next(
+    spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
-    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    lakehouse.add_table("bronze", "orders", bronze_spec())
     landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=3, per_file=2)
     table = lakehouse.project().table("orders")
-    job = BronzeJob(spark, table, RunContext())
-    job.prepare()
-    assert set(job.change_feed.values()) == {True}  # tables made now record their feed
-    if not change_feed:  # as tables made before the feed was recorded: read back whole
-        for name in ("", "quarantine"):
-            location = table.companion_location(name) if name else table.location
-            spark.sql(f"ALTER TABLE delta.`{location}` "
-                      "SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
-    write_json_lines(landing / "a.json", [order(1), order(2), order(3)], ["{broken"])
-    write_json_lines(landing / "b.json", [order(4)], ["[]", "nope"])
-    os.utime(landing / "a.json", (1_700_000_000, 1_700_000_000))  # read first
-    run_bronze(spark, lakehouse)
-    write_json_lines(landing / "c.json", [order(5), order(6)])
-    job = BronzeJob(spark, table, RunContext())
-    summary = job.run()
+
+    class StoppedBeforeArchiving(BronzeJob):
+        def reconcile(self) -> dict[str, int]:
+            raise StorageError("the driver stopped here")
+
+    stopped = StoppedBeforeArchiving(spark, table, RunContext()).run()
+    assert stopped.status is RunStatus.FAILED
+    assert len(files_under(landing)) == 3 and last_committed_batch(table.checkpoint) == 0
+    assert last_reconciled_batch(table.checkpoint) == -1
+
+    write_order_files(landing, files=1, per_file=2, start=100, prefix="late")
+    summary = run_bronze(spark, lakehouse)
+    assert summary.counts["files_archived"] == 4  # the batch left behind, and the new one
+    assert files_under(landing) == []
+    ledger = spark.read.format("delta").load(table.companion_location("files"))
+    got = ledger.groupBy("batch_id", "status").count()
+    expected = spark.createDataFrame([(0, "archived", 3), (1, "archived", 1)],
+                                     "batch_id BIGINT, status STRING, count BIGINT")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    assert last_reconciled_batch(table.checkpoint) == 1
+
+
+def test_the_ledger_counts_each_files_rows_exactly_as_they_are_written(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=2))
+    landing = lakehouse.path("landing", "orders")
+    write_json_lines(landing / "a.json", [order(i) for i in range(40)], ["{broken", "[]"])
+    write_json_lines(landing / "b.json", [order(100)], ["nope"])
+    write_json_lines(landing / "c.json", [order(200), order(201)])
+    for i, name in enumerate(["c.json", "a.json", "b.json"]):  # read in this order
+        os.utime(landing / name, (1_700_000_000 + i, 1_700_000_000 + i))
+    # Small splits: each task reads a part of a file, so a file's rows are counted in several
+    # tasks whose counts the observation merges.
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1024")
+    try:
+        assert spark.read.text(str(landing / "a.json")).rdd.getNumPartitions() > 1
+        job = BronzeJob(spark, lakehouse.project().table("orders"), RunContext())
+        summary = job.run()
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
 
     assert summary.status is RunStatus.SUCCEEDED, summary.error
-    assert set(job.change_feed.values()) == {change_feed}
+    assert [b.counted_from for b in job.batches] == ["observed", "observed"]
+    table = lakehouse.project().table("orders")
     ledger = spark.read.format("delta").load(table.companion_location("files"))
     got = ledger.select(F.element_at(F.split("path", "/"), -1).alias("file"), "batch_id",
                         "good_rows", "quarantined_rows")
     expected = spark.createDataFrame(
-        [("a.json", 0, 3, 1), ("b.json", 1, 1, 2), ("c.json", 2, 2, 0)],
+        [("c.json", 0, 2, 0), ("a.json", 0, 40, 2), ("b.json", 1, 1, 1)],
         "file STRING, batch_id BIGINT, good_rows BIGINT, quarantined_rows BIGINT")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
@@ -249,14 +278,21 @@ def test_a_file_logged_by_a_stopped_query_is_ingested_with_the_next_batch(
     assert files_under(landing) == []
 
 
+@pytest.mark.parametrize("change_feed", [True, False], ids=["own_commits", "whole_tables"])
 def test_a_batch_committed_to_bronze_just_before_a_crash_is_replayed_once(
-    spark: SparkSession, lakehouse: Lakehouse
+    spark: SparkSession, lakehouse: Lakehouse, change_feed: bool
 ) -> None:
     lakehouse.add_table("bronze", "orders", bronze_spec(clean_source="off"))
     ids = write_order_files(lakehouse.path("landing", "orders"), files=3, per_file=4)
     table = lakehouse.project().table("orders")
     ledger = table.companion_location("files")
-    BronzeJob(spark, table, RunContext()).prepare()
+    job = BronzeJob(spark, table, RunContext())
+    job.prepare()
+    assert set(job.change_feed.values()) == {True}  # tables made now record their feed
+    if not change_feed:  # as tables made before the feed was recorded: read back whole
+        for location in (table.location, table.companion_location("quarantine")):
+            spark.sql(f"ALTER TABLE delta.`{location}` "
+                      "SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
     # The batch fails right after its bronze commit (the ledger refuses its rows), leaving what
     # a driver killed at that moment leaves: bronze written, the batch planned but not
     # committed in the checkpoint, no ledger commit of it.
@@ -267,8 +303,13 @@ def test_a_batch_committed_to_bronze_just_before_a_crash_is_replayed_once(
     assert last_committed_batch(table.checkpoint) == -1
     spark.sql(f"ALTER TABLE delta.`{ledger}` DROP CONSTRAINT crash")
 
-    summary = run_bronze(spark, lakehouse)
+    job = BronzeJob(spark, table, RunContext())
+    summary = job.run()
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
     assert summary.counts["records_read"] == 12 and summary.counts["quarantined_rows"] == 0
+    # The replayed batch's rows per file are read back from what it committed.
+    assert [b.counted_from for b in job.batches] == ["commits"]
+    assert set(job.change_feed.values()) == {change_feed}
     got = spark.read.format("delta").load(table.location).select("order_id")
     expected = spark.createDataFrame([(i,) for i in ids], "order_id STRING")
     assert_df_equality(got, expected, ignore_row_order=True)  # none lost, none twice
