@@ -69,8 +69,10 @@ def main() -> None:
 
     def bronze_batch(job: BronzeJob, df: DataFrame, target: str) -> None:
         """What each bronze batch adds to the parsed records: the job's ingestion columns,
-        its counts of records read and quarantined, and its quarantine split."""
-        split = job.split_batch(job.transform(df), next(batch_ids), broken=())
+        its counts of records read and quarantined (in all and per file), and its quarantine
+        split."""
+        split = job.split_batch(job.transform(df), next(batch_ids), broken=(),
+                                files=args.files)
         append(split.good, target, BRONZE_PROPERTIES)
         if split.observation.get["records"] != args.records:
             raise SystemExit(f"expected {args.records} records, found {split.observation.get}")

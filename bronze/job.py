@@ -28,6 +28,7 @@ from __future__ import annotations
 import gzip
 import threading
 import zlib
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -447,7 +448,7 @@ class BronzeJob(StreamingJob):
         )
 
     def split_batch(self, batch: DataFrame, batch_id: int, broken: Iterable[str],
-                    files: int = 2) -> BatchSplit:
+                    files: int) -> BatchSplit:
         """The batch stamped with its ingestion time and id, and its bronze rows: those neither
         malformed nor from a file in ``broken``, counted as they are written, in all and per
         source file (the batch has ``files`` files)."""
@@ -534,11 +535,14 @@ class BronzeJob(StreamingJob):
             if f1 != f2 and h2 - h1 <= _tolerance(h2) * 1000:
                 return None  # two files' hashes too close to tell their bins apart
 
+        positions = [h for h, _ in by_hash]
+
         def decode(bins: list[Any] | None) -> dict[str, int] | None:
             counts: dict[str, int] = {}
             for b in bins or []:
                 x, y = float(b["x"]), float(b["y"])
-                h, local = min(by_hash, key=lambda c: abs(c[0] - x))
+                i = bisect_left(positions, x)  # the nearest hash is at i - 1 or i
+                h, local = min(by_hash[max(i - 1, 0):i + 1], key=lambda c: abs(c[0] - x))
                 if abs(h - x) > _tolerance(h):
                     return None  # a bin of no file of this batch
                 counts[local] = counts.get(local, 0) + round(y)
