@@ -59,6 +59,7 @@ from framework.delta import (
     CHANGE_FEED,
     change_feed_enabled,
     create_table,
+    literal_rows,
     replace_rows,
     version_rows,
 )
@@ -528,9 +529,12 @@ class BronzeJob(StreamingJob):
                  for form in _uri_forms(original) | _uri_forms(local)}
         if not forms:
             return {}, {}
-        hashes = self.spark.createDataFrame([(f,) for f in forms], "f STRING").select(
-            "f", F.xxhash64("f").cast("double").alias("h")).collect()
-        by_hash = sorted((float(r["h"]), forms[r["f"]]) for r in hashes)
+        names = list(forms)
+        # Hashed by Spark itself, from literals (no Python worker, unlike createDataFrame).
+        hashes = self.spark.range(1, numPartitions=1).select(
+            F.array(*[F.xxhash64(F.lit(f)).cast("double") for f in names])).first()
+        assert hashes is not None
+        by_hash = sorted((float(h), forms[f]) for f, h in zip(names, hashes[0], strict=True))
         for (h1, f1), (h2, f2) in pairwise(by_hash):
             if f1 != f2 and h2 - h1 <= _tolerance(h2) * 1000:
                 return None  # two files' hashes too close to tell their bins apart
@@ -588,7 +592,7 @@ class BronzeJob(StreamingJob):
         if rows and self._written(self.ledger_table, batch_id):
             self._ledger_from_before = True  # reconcile() reads the ledger for its rows
         elif rows:
-            self._append(spark.createDataFrame(rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
+            self._append(literal_rows(spark, rows, LEDGER_SCHEMA), self.ledger_table, batch_id)
             self._ledger_rows[batch_id] = [dict(zip(LEDGER_SCHEMA.names, r, strict=True))
                                            for r in rows]
         return counts
@@ -690,7 +694,8 @@ class BronzeJob(StreamingJob):
                 if not changed or changed[-1] != batch_id:
                     changed.append(batch_id)
         if changed:
-            df = self.spark.createDataFrame(
+            df = literal_rows(
+                self.spark,
                 [tuple(r[f] for f in LEDGER_SCHEMA.names) for b in changed for r in batches[b]],
                 LEDGER_SCHEMA)
             replace_rows(df, self.locations[self.ledger_table],

@@ -16,6 +16,21 @@ from pyspark.sql.types import StructType
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
+def literal_rows(spark: SparkSession, rows: Sequence[Sequence[Any]],
+                 schema: StructType) -> DataFrame:
+    """``rows`` as a DataFrame of ``schema``, built from literals in the JVM.
+
+    ``createDataFrame`` on a Python list makes a Python RDD, and every action on it starts
+    Python workers to hand the rows over, seconds on a busy machine for a few rows; small
+    tables the framework writes itself (the file ledger) are made this way instead."""
+    structs = [F.struct(*[F.lit(v).cast(f.dataType).alias(f.name)
+                          for v, f in zip(row, schema.fields, strict=True)]) for row in rows]
+    if not structs:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
+                                       for f in schema.fields])
+    return spark.range(1, numPartitions=1).select(F.inline(F.array(*structs)))
+
+
 def sql_string(value: str) -> str:
     """``value`` as a SQL string literal (quotes and backslashes escaped)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
