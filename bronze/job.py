@@ -26,6 +26,7 @@ files are all settled, so a run reads the ledger only when an earlier one left f
 from __future__ import annotations
 
 import gzip
+import json
 import threading
 import zlib
 from bisect import bisect_left
@@ -530,9 +531,10 @@ class BronzeJob(StreamingJob):
         if not forms:
             return {}, {}
         names = list(forms)
-        # Hashed by Spark itself, from literals (no Python worker, unlike createDataFrame).
-        hashes = self.spark.range(1, numPartitions=1).select(
-            F.array(*[F.xxhash64(F.lit(f)).cast("double") for f in names])).first()
+        # Hashed by Spark itself, from one literal (no Python worker; see literal_rows).
+        hashes = self.spark.range(1, numPartitions=1).select(F.transform(
+            F.from_json(F.lit(json.dumps(names)), "ARRAY<STRING>"),
+            lambda f: F.xxhash64(f).cast("double"))).first()
         assert hashes is not None
         by_hash = sorted((float(h), forms[f]) for f, h in zip(names, hashes[0], strict=True))
         for (h1, f1), (h2, f2) in pairwise(by_hash):

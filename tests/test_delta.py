@@ -1,0 +1,63 @@
+"""Delta helpers: small tables the framework builds from Python values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from framework.delta import literal_rows
+
+SCHEMA = StructType([
+    StructField("path", StringType()),
+    StructField("size", LongType()),
+    StructField("at", TimestampType()),
+    StructField("day", DateType()),
+    StructField("price", DecimalType(10, 2)),
+    StructField("ok", BooleanType()),
+])
+
+
+@pytest.fixture
+def new_york(spark: SparkSession) -> Iterator[None]:
+    """A session time zone other than the process's, as on a cluster set to local time."""
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    yield
+    spark.conf.set("spark.sql.session.timeZone", str(before))
+
+
+def test_literal_rows_hold_every_value_as_createdataframe_does(spark: SparkSession,
+                                                               new_york: None) -> None:
+    naive = datetime(2026, 11, 22, 23, 30, 15, 123456)
+    aware = datetime(2026, 3, 8, 2, 30, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    rows = [
+        (f'landing/o\'r"d\\er {i} é.json', i * 1_000_003, naive + timedelta(minutes=i),
+         date(2026, 1, 1) + timedelta(days=i), Decimal(f"{i}.{i % 100:02d}"), i % 2 == 0)
+        for i in range(300)
+    ] + [
+        ("aware", 1, aware, None, None, None),
+        (None, None, datetime(2026, 1, 1, tzinfo=UTC), None, Decimal("-0.01"), False),
+    ]
+    expected = spark.createDataFrame(rows, SCHEMA)
+    assert_df_equality(literal_rows(spark, rows, SCHEMA), expected, ignore_row_order=True)
+
+
+def test_literal_rows_of_nothing_is_an_empty_table_of_the_schema(spark: SparkSession) -> None:
+    df = literal_rows(spark, [], SCHEMA)
+    assert df.schema == SCHEMA
+    assert df.count() == 0
