@@ -673,7 +673,8 @@ class BronzeJob(StreamingJob):
                    else {FileStatus.INGESTED, FileStatus.FAILED})
         batches = {b: rows for b, rows in self._ledger_rows.items() if b <= committed}
         if (self._committed_at_start is None or self._ledger_from_before
-                or last_reconciled_batch(checkpoint, env) < self._committed_at_start):
+                or last_reconciled_batch(checkpoint, env, failed_only=mode is CleanSource.OFF)
+                < self._committed_at_start):
             batches |= self._unsettled_batches(committed, pending, skip=batches)
         archive_dir = self.spec.archive_dir(self.table)
         quarantine_dir = self.spec.quarantine_dir(self.table)
@@ -702,8 +703,8 @@ class BronzeJob(StreamingJob):
                 LEDGER_SCHEMA)
             replace_rows(df, self.locations[self.ledger_table],
                          f"batch_id IN ({', '.join(map(str, changed))})")
-        if not unsettled and mode is not CleanSource.OFF and committed >= 0:
-            mark_reconciled(checkpoint, committed, env)
+        if not unsettled and committed >= 0:
+            mark_reconciled(checkpoint, committed, env, failed_only=mode is CleanSource.OFF)
         self.log.info("bronze.landing.reconciled", committed_batch=committed,
                       unsettled_files=unsettled, **counted)
         return counted

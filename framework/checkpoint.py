@@ -30,27 +30,49 @@ def last_planned_batch(checkpoint: str, env: Environment | None = None) -> int:
     return _last_logged(checkpoint.rstrip("/") + "/offsets", env)
 
 
-def last_reconciled_batch(checkpoint: str, env: Environment | None = None) -> int:
+def last_reconciled_batch(checkpoint: str, env: Environment | None = None, *,
+                          failed_only: bool = False) -> int:
     """The batch up to which the job settled every file after its query (see
-    :func:`mark_reconciled`), or -1 when it never recorded one."""
-    return _last_logged(_reconciled(checkpoint), env)
+    :func:`mark_reconciled`), or -1 when it never recorded one. With ``failed_only`` a mark
+    that settled only failed files counts too."""
+    folder = _reconciled(checkpoint)
+    store = storage_for(folder, env)
+    if not store.exists(folder):
+        return -1
+    marks = [_mark(f.path) for f in store.list_files(folder)]
+    return max((b for b, only in filter(None, marks) if failed_only or not only), default=-1)
 
 
-def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = None) -> None:
+def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = None, *,
+                    failed_only: bool = False) -> None:
     """Record that every file of the batches up to ``batch_id`` is settled: an empty file
     ``reconciled/<batch_id>`` next to Spark's own logs, the earlier marks removed. Written
     after the settling it records, so a run stopped before it leaves the earlier mark, and the
-    next run looks for what is left."""
+    next run looks for what is left.
+
+    ``failed_only``: only failed files were to be settled (``cleanSource`` off leaves ingested
+    files in landing). That mark is ``<batch_id>.failed`` and does not count for a run that
+    archives or deletes ingested files, which then finds them in the ledger."""
     folder = _reconciled(checkpoint)
     store = storage_for(folder, env)
-    target = f"{folder}/{batch_id}"
+    target = f"{folder}/{batch_id}{FAILED_ONLY if failed_only else ''}"
     if not store.exists(target):
         with tempfile.NamedTemporaryFile() as empty:
             store.upload(empty.name, target)
     for f in list(store.list_files(folder)):
-        name = f.path.rsplit("/", 1)[-1]
-        if name.isdigit() and int(name) < batch_id:
+        mark = _mark(f.path)
+        if mark and mark[0] < batch_id:
             store.delete(f.path)
+
+
+FAILED_ONLY = ".failed"
+
+
+def _mark(path: str) -> tuple[int, bool] | None:
+    """A mark's batch and whether it settled failed files only; None for another file."""
+    name = path.rsplit("/", 1)[-1]
+    batch = name.removesuffix(FAILED_ONLY)
+    return (int(batch), batch != name) if batch.isdigit() else None
 
 
 def _reconciled(checkpoint: str) -> str:

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
@@ -387,3 +388,37 @@ def test_a_schema_is_inferred_once_into_the_spec_never_at_run_time(
     inferred = lakehouse.project().table("orders").spec.source.schema_  # type: ignore[attr-defined]
     assert "`order_id` STRING" in inferred and "`quantity` BIGINT" in inferred
     assert run_bronze(spark, lakehouse).rows_out == 6
+
+
+def test_a_feed_switched_from_clean_source_off_to_archive_archives_the_files_left_in_landing(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(clean_source="off"))
+    landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=2, per_file=2)
+
+    class LedgerReads(BronzeJob):
+        reads = 0
+
+        def _unsettled_batches(self, *args: Any, **kwargs: Any) -> dict[int, list[Any]]:
+            LedgerReads.reads += 1
+            return super()._unsettled_batches(*args, **kwargs)
+
+    def run(clean_source: str) -> TableRunSummary:
+        lakehouse.add_table("bronze", "orders", bronze_spec(clean_source=clean_source))
+        summary = LedgerReads(spark, lakehouse.project().table("orders"), RunContext()).run()
+        assert summary.status is RunStatus.SUCCEEDED, summary.error
+        return summary
+
+    run("off")
+    write_order_files(landing, files=1, per_file=2, start=100, prefix="late")
+    run("off")  # its files and the first run's stay; the mark spares reading the ledger
+    assert LedgerReads.reads == 0 and len(files_under(landing)) == 3
+    table = lakehouse.project().table("orders")
+    assert last_reconciled_batch(table.checkpoint, failed_only=True) == 1
+    assert last_reconciled_batch(table.checkpoint) == -1
+
+    summary = run("archive")  # nothing new: the ledger is read for what off mode left
+    assert LedgerReads.reads == 1
+    assert summary.counts["files_archived"] == 3 and files_under(landing) == []
+    assert last_reconciled_batch(table.checkpoint) == 1
