@@ -26,7 +26,6 @@ files are all settled, so a run reads the ledger only when an earlier one left f
 from __future__ import annotations
 
 import gzip
-import json
 import threading
 import zlib
 from bisect import bisect_left
@@ -37,6 +36,7 @@ from itertools import pairwise
 from typing import Any, ClassVar, cast
 from urllib.parse import urlparse
 
+import xxhash
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
@@ -294,6 +294,13 @@ def _is_one_of(paths: Iterable[str]) -> Column:
     return F.col(SOURCE_FILE).isin(sorted(forms)) if forms else F.lit(False)
 
 
+def spark_xxhash64(text: str) -> int:
+    """Spark's ``xxhash64`` of a string, computed here: XXH64 of its UTF-8 bytes with Spark's
+    seed (42), as a signed long. Hashing a batch's file names needs no Spark job."""
+    h = xxhash.xxh64_intdigest(text.encode(), seed=42)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
 def _tolerance(h: float) -> float:
     """How far a histogram bin may drift from its file's hash: merging two bins of one file
     averages their positions, which is exact but for rounding."""
@@ -530,13 +537,7 @@ class BronzeJob(StreamingJob):
                  for form in _uri_forms(original) | _uri_forms(local)}
         if not forms:
             return {}, {}
-        names = list(forms)
-        # Hashed by Spark itself, from one literal (no Python worker; see literal_rows).
-        hashes = self.spark.range(1, numPartitions=1).select(F.transform(
-            F.from_json(F.lit(json.dumps(names)), "ARRAY<STRING>"),
-            lambda f: F.xxhash64(f).cast("double"))).first()
-        assert hashes is not None
-        by_hash = sorted((float(h), forms[f]) for f, h in zip(names, hashes[0], strict=True))
+        by_hash = sorted((float(spark_xxhash64(f)), local) for f, local in forms.items())
         for (h1, f1), (h2, f2) in pairwise(by_hash):
             if f1 != f2 and h2 - h1 <= _tolerance(h2) * 1000:
                 return None  # two files' hashes too close to tell their bins apart

@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze.job import BronzeJob
+from bronze.job import BronzeJob, spark_xxhash64
 from framework.checkpoint import last_committed_batch, last_reconciled_batch
 from framework.errors import StorageError
 from framework.job import RunContext, RunStatus, TableRunSummary
@@ -422,3 +422,14 @@ def test_a_feed_switched_from_clean_source_off_to_archive_archives_the_files_lef
     assert LedgerReads.reads == 1
     assert summary.counts["files_archived"] == 3 and files_under(landing) == []
     assert last_reconciled_batch(table.checkpoint) == 1
+
+
+def test_file_names_hash_on_the_driver_as_spark_hashes_them(spark: SparkSession) -> None:
+    names = ["", "file:///landing/orders/a.json", "file:/landing/x%20y/é€.json",
+             "abfss://raw@account.dfs.core.windows.net/landing/orders/2026/11/22/part-0001.json",
+             *[f"/landing/{'n' * i}.json" for i in range(0, 200, 7)]]
+    df = spark.createDataFrame([(n,) for n in names], "name STRING")
+    got = df.select("name", F.xxhash64("name").alias("hash"))
+    expected = spark.createDataFrame([(n, spark_xxhash64(n)) for n in names],
+                                     "name STRING, hash BIGINT")
+    assert_df_equality(got, expected, ignore_nullable=True)
