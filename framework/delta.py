@@ -31,7 +31,8 @@ def literal_rows(spark: SparkSession, rows: Sequence[Sequence[Any]],
     writes itself (the file ledger) are made this way."""
     payload = json.dumps([dict(zip(schema.names, map(_json_value, row), strict=True))
                           for row in rows])
-    parsed = F.from_json(F.lit(payload), ArrayType(schema))
+    # FAILFAST: a value that does not fit its column fails the action, not a null row.
+    parsed = F.from_json(F.lit(payload), ArrayType(schema), {"mode": "FAILFAST"})
     return spark.range(1, numPartitions=1).select(F.inline(parsed)).select(
         *[F.col(f.name).cast(f.dataType) for f in schema.fields])
 

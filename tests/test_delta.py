@@ -61,3 +61,10 @@ def test_literal_rows_of_nothing_is_an_empty_table_of_the_schema(spark: SparkSes
     df = literal_rows(spark, [], SCHEMA)
     assert df.schema == SCHEMA
     assert df.count() == 0
+
+
+def test_a_value_that_does_not_fit_its_column_fails_rather_than_turning_null(
+    spark: SparkSession,
+) -> None:
+    with pytest.raises(Exception, match=r"FAILFAST|Malformed"):
+        literal_rows(spark, [("a", "not a number", None, None, None, None)], SCHEMA).collect()
