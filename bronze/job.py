@@ -186,12 +186,20 @@ def _text_json(job: BronzeJob, reader: DataStreamReader, schema: StructType) -> 
 
 
 def _rescued(schema: StructType) -> Column:
-    """Top-level keys not in the schema, as a JSON object (as Auto Loader's rescued column)."""
+    """Top-level keys not in the schema, as a JSON object (as Auto Loader's rescued column).
+
+    Computed next to the parsed record ``r``. A line with no more keys than it has non-null
+    fields of the schema holds no other key (each such field takes a key of its own), so most
+    lines skip the set difference of their keys with the schema's, a hash set built per line.
+    """
+    keys = F.json_object_keys("value")
+    present = sum((F.col(f"r.{f.name}").isNotNull().cast("int") for f in schema.fields),
+                  F.lit(0))
     known = F.array(*[F.lit(f.name) for f in schema.fields])
-    extra = F.array_except(F.json_object_keys("value"), known)
+    extra = F.array_except(keys, known)
     as_map = F.from_json("value", "MAP<STRING, STRING>")
     kept = F.map_filter(as_map, lambda k, _v: ~F.array_contains(known, k))
-    return F.when(F.size(extra) > 0, F.to_json(kept))
+    return F.when(F.size(keys) > present, F.when(F.size(extra) > 0, F.to_json(kept)))
 
 
 def _csv(job: BronzeJob, reader: DataStreamReader, schema: StructType) -> DataFrame:

@@ -83,8 +83,11 @@ def test_malformed_records_are_quarantined_and_new_columns_rescued(
     malformed = ['{"order_id": "m1", "quantity": ', "not json at all",
                  '{"order_id": "m3", "quantity": "seven"}', "[1, 2, 3]"]
     write_json_lines(landing / "mixed.json", [order(500), order(501)], malformed)
+    missing_a_key = {k: v for k, v in order(603, coupon="C3").items() if k != "customer_id"}
     write_json_lines(landing / "new_column.json",
-                     [order(600, coupon="SAVE10", channel={"kind": "app"}), order(601)])
+                     [order(600, coupon="SAVE10", channel={"kind": "app"}), order(601),
+                      order(602, customer_id=None, coupon="C2"), missing_a_key,
+                      order(604, customer_id=None)])
 
     summary = run_bronze(spark, lakehouse)
     project = lakehouse.project()
@@ -96,14 +99,16 @@ def test_malformed_records_are_quarantined_and_new_columns_rescued(
         "malformed record: does not parse against the schema"
     }
     bronze = spark.table(table.full_name)
-    assert bronze.count() == 24
+    assert bronze.count() == 27
+    # Keys outside the schema are rescued whether a known key is null or missing beside them.
     rescued = bronze.where(F.col("_rescued_data").isNotNull()).collect()
-    assert len(rescued) == 1 and rescued[0]["order_id"] == "o0000600"
-    assert json.loads(rescued[0]["_rescued_data"]) == {
-        "coupon": "SAVE10", "channel": '{"kind":"app"}'
+    assert {r["order_id"]: json.loads(r["_rescued_data"]) for r in rescued} == {
+        "o0000600": {"coupon": "SAVE10", "channel": '{"kind":"app"}'},
+        "o0000602": {"coupon": "C2"},
+        "o0000603": {"coupon": "C3"},
     }
-    assert summary.counts["records_read"] == 28
-    assert summary.counts["quarantined_rows"] == 4 and summary.rows_out == 24
+    assert summary.counts["records_read"] == 31
+    assert summary.counts["quarantined_rows"] == 4 and summary.rows_out == 27
 
 
 def test_unreadable_files_are_failed_moved_and_the_run_goes_on(
