@@ -16,6 +16,7 @@ next requests fail (``fail_next``), refuse paths (``forbid``), and read what was
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -308,12 +309,19 @@ def _entry_headers(e: Entry) -> dict[str, str]:
     return headers
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing a pooled connection is not an error of the endpoint."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextmanager
 def serve(account: str) -> Iterator[tuple[DataLake, str]]:
     """Start the endpoint on a free loopback port; yields the lake and its account URL."""
     lake = DataLake(account)
     handler = type("Handler", (_Handler,), {"lake": lake})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
