@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from framework.storage import storage_for
@@ -35,12 +36,11 @@ def last_reconciled_batch(checkpoint: str, env: Environment | None = None, *,
     """The batch up to which the job settled every file after its query (see
     :func:`mark_reconciled`), or -1 when it never recorded one. With ``failed_only`` a mark
     that settled only failed files counts too."""
-    folder = _reconciled(checkpoint)
-    store = storage_for(folder, env)
-    if not store.exists(folder):
-        return -1
-    marks = [_mark(f.path) for f in store.list_files(folder)]
-    return max((b for b, only in filter(None, marks) if failed_only or not only), default=-1)
+    def counted(name: str) -> int | None:
+        mark = _mark(name)
+        return mark[0] if mark and (failed_only or not mark[1]) else None
+
+    return _last_logged(_reconciled(checkpoint), env, counted)
 
 
 def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = None, *,
@@ -60,7 +60,7 @@ def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = No
         with tempfile.NamedTemporaryFile() as empty:
             store.upload(empty.name, target)
     for f in list(store.list_files(folder)):
-        mark = _mark(f.path)
+        mark = _mark(f.path.rsplit("/", 1)[-1])
         if mark and mark[0] < batch_id:
             store.delete(f.path)
 
@@ -68,26 +68,29 @@ def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = No
 FAILED_ONLY = ".failed"
 
 
-def _mark(path: str) -> tuple[int, bool] | None:
+def _mark(name: str) -> tuple[int, bool] | None:
     """A mark's batch and whether it settled failed files only; None for another file."""
-    name = path.rsplit("/", 1)[-1]
     batch = name.removesuffix(FAILED_ONLY)
     return (int(batch), batch != name) if batch.isdigit() else None
+
+
+def _batch_id(name: str) -> int | None:
+    return int(name) if name.isdigit() else None
 
 
 def _reconciled(checkpoint: str) -> str:
     return checkpoint.rstrip("/") + "/reconciled"
 
 
-def _last_logged(folder: str, env: Environment | None) -> int:
+def _last_logged(folder: str, env: Environment | None,
+                 batch_of: Callable[[str], int | None] = _batch_id) -> int:
+    """The highest batch among the files of ``folder`` (``batch_of`` a file's name, None for a
+    file that does not count), or -1 when there is none."""
     store = storage_for(folder, env)
     if not store.exists(folder):
         return -1
-    ids = [
-        int(name)
-        for f in store.list_files(folder)
-        if (name := f.path.rsplit("/", 1)[-1]).isdigit()
-    ]
+    ids = [b for f in store.list_files(folder)
+           if (b := batch_of(f.path.rsplit("/", 1)[-1])) is not None]
     return max(ids, default=-1)
 
 

@@ -33,8 +33,7 @@ def literal_rows(spark: SparkSession, rows: Sequence[Sequence[Any]],
                           for row in rows])
     # FAILFAST: a value that does not fit its column fails the action, not a null row.
     parsed = F.from_json(F.lit(payload), ArrayType(schema), {"mode": "FAILFAST"})
-    return spark.range(1, numPartitions=1).select(F.inline(parsed)).select(
-        *[F.col(f.name).cast(f.dataType) for f in schema.fields])
+    return spark.range(1, numPartitions=1).select(F.inline(parsed))
 
 
 def _json_value(value: Any) -> Any:
