@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from framework.cli import build_parser, main
-from framework.session import DELTA_CATALOG, DELTA_EXTENSION, delta_package
+from framework.session import DELTA_CATALOG, DELTA_EXTENSION, delta_package, local_cores
 from tests.support import BIN, REPO, Lakehouse
 
 
@@ -39,6 +40,15 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     for command in ("validate", "run", "status", "sql"):
         assert command in out
+
+
+@pytest.mark.parametrize(("master", "cores"), [
+    ("local", 1), ("local[3]", 3), ("local[2, 4]", 2), ("local[*]", os.cpu_count()),
+    ("yarn", None), ("spark://host:7077", None), ("local[x]", None),
+])
+def test_local_cores_reads_the_master(master: str, cores: int | None) -> None:
+    # Delta rebuilds a table's state with no more tasks than the local master has cores.
+    assert local_cores(master) == cores
 
 
 def test_delta_package_matches_the_installed_pair() -> None:
