@@ -121,8 +121,8 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
         # Delta rebuilds a table's state (for its streaming sink, MERGE, a scan) with this many
         # tasks; its default of 50 makes each small commit cost seconds on a few cores, and
-        # more tasks than cores only queue (a small replaceWhere: about 0.9 s with 2 tasks on
-        # 2 cores, 1.1 s with 4).
+        # more tasks than cores only queue (bench/ledger_replace.py: a small replaceWhere takes
+        # about 1.0 s with 2 tasks on 2 cores, 1.2 s with 4).
         "spark.databricks.delta.snapshotPartitions": str(
             min(env.shuffle_partitions, local_cores(env.master) or env.shuffle_partitions)),
     }
