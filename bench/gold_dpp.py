@@ -152,11 +152,11 @@ def main() -> None:
         print(f"round {r}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()),
               flush=True)
     evidence = {}
-    for pruning in (True, False):
+    for name, (q, pruning) in runs.items():
         spark.conf.set(DPP, str(pruning).lower())
-        evidence[pruning] = explain_pruning(spark, query)
-        print(f"pruning {'on' if pruning else 'off'}:\n{evidence[pruning].render()}", flush=True)
-    on, off = evidence[True].scan("store_orders"), evidence[False].scan("store_orders")
+        evidence[name] = explain_pruning(spark, q)
+        print(f"{name}:\n{evidence[name].render()}", flush=True)
+    on, off, fixed = (evidence[n].scan("store_orders") for n in ("pruned", "unpruned", "static"))
     t_on, t_off = statistics.median(times["pruned"]), statistics.median(times["unpruned"])
     t_static = statistics.median(times["static"])
     spark.stop()
@@ -167,12 +167,13 @@ def main() -> None:
         "partitions": on.partitions_total,
         "files_total": on.files_total,
         "cores": os.cpu_count(),
-        "dynamic_pruning_in_plan": evidence[True].dynamic_pruning,
+        "dynamic_pruning_in_plan": evidence["pruned"].dynamic_pruning,
         "pruned": {"seconds": round(t_on, 3), "files_read": on.files_read,
                    "partitions_read": on.partitions_read},
         "unpruned": {"seconds": round(t_off, 3), "files_read": off.files_read,
                      "partitions_read": off.partitions_read},
-        "static": {"seconds": round(t_static, 3), "partitions_read": len(north)},
+        "static": {"seconds": round(t_static, 3), "files_read": fixed.files_read,
+                   "partitions_read": fixed.partitions_read},
         "seconds_pruned": [round(t, 3) for t in times["pruned"]],
         "seconds_unpruned": [round(t, 3) for t in times["unpruned"]],
         "seconds_static": [round(t, 3) for t in times["static"]],

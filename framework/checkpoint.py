@@ -12,6 +12,8 @@ from framework.storage import storage_for
 if TYPE_CHECKING:
     from framework.config.model import Environment
 
+# The suffix of a reconciled mark that settled failed files only (see mark_reconciled).
+FAILED_ONLY = ".failed"
 
 def last_committed_batch(checkpoint: str, env: Environment | None = None) -> int:
     """The highest batch id in the checkpoint's commit log, or -1 when none committed.
@@ -63,9 +65,6 @@ def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = No
         mark = _mark(f.path.rsplit("/", 1)[-1])
         if mark and mark[0] < batch_id:
             store.delete(f.path)
-
-
-FAILED_ONLY = ".failed"
 
 
 def _mark(name: str) -> tuple[int, bool] | None:
