@@ -55,7 +55,7 @@ from framework.checkpoint import (
     last_reconciled_batch,
     mark_reconciled,
 )
-from framework.config.model import Layer
+from framework.config.model import Layer, SqlKind
 from framework.delta import (
     CHANGE_FEED,
     change_feed_enabled,
@@ -67,6 +67,7 @@ from framework.delta import (
 from framework.errors import ConfigError, JobError
 from framework.job import StreamingJob, timed
 from framework.listener import BatchProgress
+from framework.sqlcheck import EXAMPLES, parse_schema
 from framework.storage import archive_target, local_path, storage_for
 
 CORRUPT = "_corrupt_record"
@@ -736,15 +737,11 @@ class BronzeJob(StreamingJob):
     # ------------------------------------------------------------------ helpers
     def _parse_schema(self, ddl: str) -> StructType:
         try:
-            schema = StructType.fromDDL(ddl)
-            if not isinstance(schema, StructType):
-                raise ValueError(f"a DDL of columns, not a single type ({schema.simpleString()})")
-        except Exception as exc:
+            return parse_schema(ddl)
+        except ValueError as exc:
             raise ConfigError(
-                f"expected a DDL schema such as 'id BIGINT, name STRING', found {ddl!r}: "
-                f"{str(exc).splitlines()[0]}",
+                f"expected {EXAMPLES[SqlKind.SCHEMA]}, found {ddl!r}: {exc}",
                 file=self.table.source_file,
                 key="source.schema",
             ) from exc
-        return schema
 

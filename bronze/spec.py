@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
-from framework.config.model import Layer, Table, TableSpec
+from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
 from framework.storage import local_path
@@ -79,6 +79,10 @@ class BronzeTableSpec(TableSpec):
 
     def quarantine_dir(self, table: Table) -> str:
         return table.env.resolve(self.source.quarantine_dir or f"_quarantine/files/{self.name}")
+
+    def sql_texts(self) -> list[SqlText]:
+        schema = self.source.schema_
+        return [SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []
 
     def check(self, table: Table) -> list[ConfigError]:
         problems = []

@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", parents=[common], help="load and check all configuration",
-                       description="Load conf/ for the environment; report every problem at once.")
+                       description="Load conf/ for the environment; report every problem at once. "
+                       "The specs' SQL (schemas, types, expressions) is parsed by Spark.")
+    p.add_argument("--no-spark", action="store_true",
+                   help="skip the checks that need Spark's SQL parser (no JVM started)")
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("run", parents=[common], help="run a layer's tables",
@@ -166,6 +169,12 @@ def _spark(project: ProjectConfig, app: str) -> Any:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     project = _project(args)
+    if not args.no_spark:
+        from framework.sqlcheck import parser_session, sql_problems
+
+        problems = sql_problems(parser_session(), project.tables)
+        if problems:
+            raise ConfigValidationError(problems)
     by_layer: dict[str, list[str]] = {}
     for t in project.tables:
         by_layer.setdefault(t.layer.value, []).append(t.full_name)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from framework.config.model import Layer, ProjectConfig, Table, TableSpec
+from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from silver.spec import INTERVAL
@@ -199,6 +199,10 @@ class GoldTableSpec(TableSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         refs: list[TableRef | Dimension | None] = [self.source, self.fact, *self.dimensions]
         return [(r.layer, r.table) for r in refs if r is not None]
+
+    def sql_texts(self) -> list[SqlText]:
+        return [SqlText(f"aggregates[{i}].expr", SqlKind.EXPRESSION, a.expr)
+                for i, a in enumerate(self.aggregates)]
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
         if self.kind is not Kind.MART:

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from framework.config.model import Layer, Table, TableSpec
+from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 
@@ -154,6 +154,17 @@ class SilverTableSpec(TableSpec):
 
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
+
+    def sql_texts(self) -> list[SqlText]:
+        texts = []
+        for i, column in enumerate(self.columns):
+            if column.expr:
+                texts.append(SqlText(f"columns[{i}].expr", SqlKind.EXPRESSION, column.expr))
+            if column.type:
+                texts.append(SqlText(f"columns[{i}].type", SqlKind.TYPE, column.type))
+        texts += [SqlText(f"expectations[{i}].rule", SqlKind.EXPRESSION, e.rule)
+                  for i, e in enumerate(self.expectations)]
+        return texts
 
     def check(self, table: Table) -> list[ConfigError]:
         problems: list[ConfigError] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import SparkSession
 
 from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
 from framework.cli import main
@@ -187,6 +188,51 @@ def test_validate_rejects_a_glob_source_matching_the_archive(lakehouse: Lakehous
         lakehouse.project()
 
 
-def test_validate_accepts_the_sample_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_accepts_the_sample_configuration(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The sample's expressions name columns the check has no schema for; they parse, and pass.
     assert main(["validate", "--conf", str(REPO / "conf"), "--env", "local"]) == 0
     assert "configuration valid" in capsys.readouterr().out
+
+
+def test_validate_has_spark_parse_every_schema_type_and_expression(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.add_table("bronze", "orders", {
+        "source": {**ORDERS["source"], "schema": "order_id STRING, quantity INTT"}})
+    lakehouse.add_table("silver", "orders", {
+        "source": "orders",
+        "columns": [{"name": "order_id"},
+                    {"name": "quantity", "expr": "quantity *", "type": "decimal(10,2"},
+                    {"name": "amount", "expr": "quantity * 2", "type": "decimal(12,2)"}],
+        "expectations": [{"name": "positive", "rule": "quantity > 0"},
+                         {"name": "known", "rule": "is_known(order_id)"}]})
+    lakehouse.add_table("gold", "totals", {
+        "source": "orders", "event_time": "event_time", "watermark": "10 minutes",
+        "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
+        "aggregates": [{"name": "lines", "expr": "count(*)"},
+                       {"name": "items", "expr": "summ(quantity)"},
+                       {"name": "revenue", "expr": "sum(amount)"}]})
+    args = ["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "5 configuration problem(s)" in err
+    expected = {
+        "bronze/orders.yaml:source.schema": "'order_id STRING, quantity INTT': "
+                                            "[UNSUPPORTED_DATATYPE]",
+        "silver/orders.yaml:columns[1].expr": "'quantity *': [PARSE_SYNTAX_ERROR]",
+        "silver/orders.yaml:columns[1].type": "'decimal(10,2': [PARSE_SYNTAX_ERROR]",
+        "silver/orders.yaml:expectations[1].rule": "'is_known(order_id)': "
+                                                   "[UNRESOLVED_ROUTINE]",
+        "gold/totals.yaml:aggregates[1].expr": "'summ(quantity)': [UNRESOLVED_ROUTINE]",
+    }
+    lines = [line for line in err.splitlines() if line.startswith("  - ")]
+    for key, found in expected.items():
+        [line] = [line for line in lines if f"{key}:" in line]
+        assert "expected a " in line and f"found {found}" in line, line
+    # valid SQL naming columns the check cannot resolve is not a problem
+    for key in ("columns[2]", "expectations[0]", "aggregates[0]", "aggregates[2]"):
+        assert key not in err
+    # without Spark the rest of the configuration is still checked, and is valid
+    assert main([*args, "--no-spark"]) == 0

@@ -277,7 +277,7 @@ def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(
     # Written by hand, as a person would: YAML reads a bare `on` key as true; it still works.
     (lakehouse.conf / "tables" / "gold" / "regional_sales.yaml").write_text(
         "kind: mart\nfact: store_sales\ndimensions:\n  - {table: stores, on: store_id}\n")
-    code, out = CliRun(["validate"], lakehouse.cli_env()).finish()
+    code, out = CliRun(["validate", "--no-spark"], lakehouse.cli_env()).finish()
     assert code == 0, out
     assert "warning:" in out
     assert "cannot prune" in out and "partitioned by window_date" in out
@@ -285,7 +285,7 @@ def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(
 
     lakehouse.add_table("gold", "store_sales", aggregate_spec(
         WINDOWS["tumbling"][0], partition_by=["store_id"]))
-    code, out = CliRun(["validate"], lakehouse.cli_env()).finish()
+    code, out = CliRun(["validate", "--no-spark"], lakehouse.cli_env()).finish()
     assert code == 0 and "warning:" not in out, out
 
 

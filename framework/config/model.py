@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator
 
@@ -140,6 +140,22 @@ def _is_reference(value: object) -> bool:
     return True
 
 
+class SqlKind(StrEnum):
+    """What a piece of SQL in a spec must parse as (see ``framework.sqlcheck``)."""
+
+    SCHEMA = "schema"  # a DDL of columns: 'id BIGINT, name STRING'
+    TYPE = "type"  # a data type: 'DECIMAL(10,2)'
+    EXPRESSION = "expression"  # a column expression: 'sum(amount)', 'quantity > 0'
+
+
+class SqlText(NamedTuple):
+    """A piece of SQL in a spec, with its key path for error messages."""
+
+    key: str
+    kind: SqlKind
+    text: str
+
+
 class TableSpec(Model):
     """What every table spec has; each layer's spec extends it (see ``framework.layers``)."""
 
@@ -158,6 +174,11 @@ class TableSpec(Model):
 
     def upstream(self) -> list[tuple[Layer, str]]:
         """The configured tables this one reads (layer, short name); none by default."""
+        return []
+
+    def sql_texts(self) -> list[SqlText]:
+        """The spec's SQL (schemas, types, expressions), which ``medallion validate`` has
+        Spark's parser check; none by default."""
         return []
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:

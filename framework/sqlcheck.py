@@ -1,0 +1,105 @@
+"""The SQL in table specs (schemas, types, expressions) checked by Spark's own parser.
+
+A spec's SQL otherwise fails only when its job runs: a DDL with a misspelt type when bronze
+starts, an aggregate calling a function Spark does not have when gold plans its query.
+``medallion validate`` parses each piece here, as the job would, and reports every failure
+with its file and key. Columns are not resolved: what a table reads is known only when it runs
+(a silver transform may add columns), so an expression naming a column is accepted as long as
+it parses and its functions exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from pyspark.errors import AnalysisException
+from pyspark.logger import PySparkLogger
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DataType, StructType
+
+from framework.config.model import SqlKind, SqlText, Table
+from framework.errors import ConfigError
+
+# PySpark logs every analysis error it raises with a query context, traceback included; the
+# errors the check expects are reported as configuration problems instead.
+ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+# Analysis errors that only say the expression names a column the check has no schema for.
+UNRESOLVED_INPUT = ("UNRESOLVED_COLUMN", "UNRESOLVED_FIELD", "UNRESOLVED_MAP_KEY")
+
+EXAMPLES = {
+    SqlKind.SCHEMA: "a DDL schema such as 'id BIGINT, name STRING'",
+    SqlKind.TYPE: "a Spark SQL type such as 'DECIMAL(10,2)'",
+    SqlKind.EXPRESSION: "a Spark SQL expression such as 'sum(amount)' or 'quantity > 0'",
+}
+
+
+def parser_session() -> SparkSession:
+    """The active session, or a bare local one: parsing needs neither the environment's cluster
+    nor its catalog, so any environment's specs can be checked from any machine."""
+    return SparkSession.getActiveSession() or (
+        SparkSession.builder.master("local[1]").appName("medallion-validate")
+        .config("spark.ui.enabled", "false").getOrCreate())
+
+
+def parse_schema(ddl: str) -> StructType:
+    """``ddl`` parsed by Spark; ValueError (the reason) when it is not a DDL of columns."""
+    try:
+        schema = DataType.fromDDL(ddl)
+    except AnalysisException as exc:
+        raise ValueError(_reason(exc)) from exc
+    if not isinstance(schema, StructType):
+        raise ValueError(f"a single type ({schema.simpleString()}), not a DDL of columns")
+    return schema
+
+
+def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigError]:
+    """Every piece of the tables' SQL that Spark cannot parse (or whose functions it does not
+    have), as one error each, with the spec's file and key."""
+    problems = []
+    with _quiet(ERROR_LOGGERS):
+        for table in tables:
+            for text in table.spec.sql_texts():
+                reason = _problem(spark, text)
+                if reason:
+                    problems.append(ConfigError(
+                        f"expected {EXAMPLES[text.kind]}, found {text.text!r}: {reason}",
+                        file=table.source_file, key=text.key))
+    return problems
+
+
+@contextmanager
+def _quiet(names: Iterable[str]) -> Iterator[None]:
+    loggers = [PySparkLogger.getLogger(name) for name in names]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before, strict=True):
+            logger.disabled = disabled
+
+
+def _problem(spark: SparkSession, text: SqlText) -> str | None:
+    try:
+        if text.kind is SqlKind.SCHEMA:
+            parse_schema(text.text)
+        elif text.kind is SqlKind.TYPE:
+            DataType.fromDDL(text.text)
+        else:
+            spark.range(0).selectExpr(text.text).schema  # noqa: B018 (analysis is the check)
+    except ValueError as exc:
+        return str(exc)
+    except AnalysisException as exc:
+        if (exc.getCondition() or "").startswith(UNRESOLVED_INPUT):
+            return None
+        return _reason(exc)
+    return None
+
+
+def _reason(exc: AnalysisException) -> str:
+    """The first line of Spark's message (a parse error's message starts on its second)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
