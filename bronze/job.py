@@ -29,7 +29,7 @@ import gzip
 import threading
 import zlib
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -37,7 +37,7 @@ from typing import Any, ClassVar, cast
 from urllib.parse import urlparse
 
 import xxhash
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
 from pyspark.sql.types import (
@@ -55,7 +55,7 @@ from framework.checkpoint import (
     last_reconciled_batch,
     mark_reconciled,
 )
-from framework.config.model import Layer, SqlKind
+from framework.config.model import Layer, SqlKind, Table
 from framework.delta import (
     CHANGE_FEED,
     change_feed_enabled,
@@ -316,6 +316,21 @@ def _tolerance(h: float) -> float:
     return 1e-9 * max(1.0, abs(h))
 
 
+def bronze_schema(spec: BronzeTableSpec, records: StructType) -> StructType:
+    """The bronze table's columns: the records', the rescued column, the ingestion columns."""
+    rescued = [StructField(spec.rescued_column, StringType())] if spec.rescued_column else []
+    return StructType([*records.fields, *rescued, *METADATA_FIELDS])
+
+
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The bronze table's schema from its spec alone (``framework.layers.Planner``)."""
+    spec = cast(BronzeTableSpec, table.spec)
+    if not spec.source.schema_:
+        return None, []
+    return bronze_schema(spec, parse_schema(spec.source.schema_)), []
+
+
 class BronzeJob(StreamingJob):
     """Ingests one feed's landing files into its bronze Delta table."""
 
@@ -356,12 +371,8 @@ class BronzeJob(StreamingJob):
                 key="source.schema",
             )
         self.schema = self._parse_schema(self.spec.source.schema_)
-        bronze_fields = list(self.schema.fields)
-        if self.spec.rescued_column:
-            bronze_fields.append(StructField(self.spec.rescued_column, StringType()))
         tables = {
-            self.table.full_name: (StructType(bronze_fields + METADATA_FIELDS),
-                                   self.spec.description),
+            self.table.full_name: (bronze_schema(self.spec, self.schema), self.spec.description),
             self.quarantine_table: (QUARANTINE_SCHEMA, "Malformed records and rows of "
                                                        f"unreadable files of {self.table.name}"),
         }

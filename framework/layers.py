@@ -16,6 +16,7 @@ from framework.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
     from framework.config.model import Table, TableSpec
     from framework.job import RunContext, TableRunSummary
@@ -29,6 +30,7 @@ class LayerEntry:
     spec: str
     job: str
     kinds: Mapping[str, str] = field(default_factory=dict)
+    plan: str = ""  # a Planner: the table's schema from its inputs', for medallion validate
 
 
 class Job(Protocol):
@@ -37,11 +39,19 @@ class Job(Protocol):
     def run(self) -> TableRunSummary: ...
 
 
+# (spark, table, the schemas of the tables already planned) -> (the table's schema, or None
+# when its columns cannot be known before it runs; the problems found resolving its SQL)
+Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructType]"],
+                   "tuple[StructType | None, list[ConfigError]]"]
+
+
 REGISTRY: dict[Layer, LayerEntry] = {
-    Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob"),
-    Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob"),
+    Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob",
+                             plan="bronze.job:planned_schema"),
+    Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob",
+                             plan="silver.job:planned_schema"),
     Layer.GOLD: LayerEntry(spec="gold.spec:GoldTableSpec", job="gold.job:AggregateJob",
-                           kinds={"mart": "gold.mart:MartJob"}),
+                           kinds={"mart": "gold.mart:MartJob"}, plan="gold.job:planned_schema"),
 }
 
 
@@ -73,6 +83,12 @@ def job_class(table: Table) -> Callable[[SparkSession, Table, RunContext], Job]:
     cls: Callable[[SparkSession, Table, RunContext], Job] = _load(entry.kinds.get(kind,
                                                                                   entry.job))
     return cls
+
+
+def planner(layer: Layer) -> Planner | None:
+    """How ``medallion validate`` derives a table's schema in ``layer``; None if it cannot."""
+    path = _entry(layer).plan
+    return _load(path) if path else None
 
 
 def available() -> tuple[Layer, ...]:

@@ -3,23 +3,30 @@
 A spec's SQL otherwise fails only when its job runs: a DDL with a misspelt type when bronze
 starts, an aggregate calling a function Spark does not have when gold plans its query.
 ``medallion validate`` parses each piece here, as the job would, and reports every failure
-with its file and key. Columns are not resolved: what a table reads is known only when it runs
-(a silver transform may add columns), so an expression naming a column is accepted as long as
-it parses and its functions exist.
+with its file and key.
+
+Then, in the order data flows, each layer derives the schema a table will have from the
+schemas of the tables it reads (its ``plan`` in ``framework.layers``), on empty DataFrames:
+nothing is read or run. Where a table's input is known (a bronze feed's DDL, a silver table
+without transforms) its expressions are resolved against it, so a misspelt column is reported
+too; where it is not, an expression naming a column is accepted as long as it parses and its
+functions exist.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, StructType
 
-from framework.config.model import SqlKind, SqlText, Table
+from framework.config.model import Layer, SqlKind, SqlText, Table
 from framework.errors import ConfigError
+from framework.layers import planner
 
 # PySpark logs every analysis error it raises with a query context, traceback included; the
 # errors the check expects are reported as configuration problems instead.
@@ -56,17 +63,37 @@ def parse_schema(ddl: str) -> StructType:
 
 def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigError]:
     """Every piece of the tables' SQL that Spark cannot parse (or whose functions it does not
-    have), as one error each, with the spec's file and key."""
-    problems = []
+    have), then every expression naming a column its table's known input does not have; one
+    error each, with the spec's file and key."""
+    problems: list[ConfigError] = []
+    schemas: dict[tuple[Layer, str], StructType] = {}
     with _quiet(ERROR_LOGGERS):
-        for table in tables:
+        for table in sorted(tables, key=lambda t: list(Layer).index(t.layer)):
+            parsed = []
             for text in table.spec.sql_texts():
                 reason = _problem(spark, text)
                 if reason:
-                    problems.append(ConfigError(
+                    parsed.append(ConfigError(
                         f"expected {EXAMPLES[text.kind]}, found {text.text!r}: {reason}",
-                        file=table.source_file, key=text.key))
+                        key=text.key))
+            plan = planner(table.layer)
+            if not parsed and plan is not None:
+                schema, parsed = plan(spark, table, schemas)
+                if schema is not None:
+                    schemas[(table.layer, table.name)] = schema
+            for problem in parsed:
+                problem.file = table.source_file
+            problems += parsed
     return problems
+
+
+def analysis_problem(build: Callable[..., Any], *args: Any) -> str | None:
+    """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can."""
+    try:
+        build(*args).schema  # noqa: B018 (analysis is the check)
+    except AnalysisException as exc:
+        return _reason(exc)
+    return None
 
 
 @contextmanager

@@ -21,18 +21,21 @@ A mart is a catalog view of the fact joined to its dimensions (see :mod:`gold.sp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import StructField, StructType
 
-from framework.config.model import Layer
+from framework.config.model import Layer, Table
 from framework.delta import create_table
+from framework.errors import ConfigError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
+from framework.sqlcheck import analysis_problem
 from gold.spec import GoldTableSpec, OutputMode, WindowType
 
 DEFAULT_COMMENTS = {
@@ -40,6 +43,35 @@ DEFAULT_COMMENTS = {
     "window_end": "End of the event-time window (exclusive)",
     "window_date": "Date of window_start",
 }
+
+
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """Resolves an aggregate's event time, keys and aggregates against its source's schema
+    (``framework.layers.Planner``); its own schema is not derived (a mart's view is made from
+    the tables themselves)."""
+    spec = cast(GoldTableSpec, table.spec)
+    src = spec.source
+    source = inputs.get((src.layer, src.table)) if src else None
+    if src is None or source is None:
+        return None, []
+    df = spark.createDataFrame([], source)
+    name = table.env.table_name(src.layer, src.table)
+    columns = [("event_time", spec.event_time)] if spec.event_time else []
+    columns += [(f"group_by[{i}]", key) for i, key in enumerate(spec.group_by)]
+    problems = []
+    for key, column in columns:
+        reason = analysis_problem(lambda col: df.select(F.col(col)), column)
+        if reason:
+            problems.append(ConfigError(f"expected a column of {name}, found {column!r}: "
+                                        f"{reason}", key=key))
+    for i, a in enumerate(spec.aggregates):
+        reason = analysis_problem(lambda text: df.groupBy().agg(F.expr(text)), a.expr)
+        if reason:
+            problems.append(ConfigError(f"expected an aggregate over the columns of {name}, "
+                                        f"found {a.expr!r}: {reason}",
+                                        key=f"aggregates[{i}].expr"))
+    return None, problems
 
 
 class AggregateJob(StreamingJob):

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, Observation, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
@@ -42,12 +43,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.config.model import Layer
+from framework.config.model import Layer, Table
 from framework.delta import create_table, sql_string
-from framework.errors import JobError
+from framework.errors import ConfigError, JobError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
-from silver.spec import Action, SilverTableSpec, TableFormat, WriteMode, load_transform
+from framework.sqlcheck import analysis_problem
+from silver.spec import (
+    Action,
+    ColumnSpec,
+    SilverTableSpec,
+    TableFormat,
+    WriteMode,
+    load_transform,
+)
 
 CAST_ERRORS = "_cast_errors"
 USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
@@ -58,6 +67,62 @@ QUARANTINE_SCHEMA = StructType([
     StructField(BATCH_ID, LongType()),
     StructField("_quarantined_at", TimestampType()),
 ])
+
+
+def _source(column: ColumnSpec) -> Column:
+    return F.expr(column.expr) if column.expr else F.col(column.from_ or column.name)
+
+
+def select_columns(df: DataFrame, spec: SilverTableSpec) -> DataFrame:
+    """The spec's columns (all data columns of the source when none are listed), with the
+    names of columns whose value did not fit its type in ``_cast_errors``."""
+    if not spec.columns:
+        return df.select(*[c for c in df.columns if not c.startswith("_")])
+    selected: list[Column] = []
+    failures: list[Column] = []
+    for c in spec.columns:
+        base = _source(c)
+        if c.type:
+            typed = base.try_cast(c.type)
+            failures.append(F.when(base.isNotNull() & typed.isNull(), F.lit(f"cast:{c.name}")))
+            base = typed
+        selected.append(base.alias(c.name))
+    if any(c.type for c in spec.columns):
+        errors = F.filter(F.array(*failures), lambda x: x.isNotNull())
+        selected.append(errors.alias(CAST_ERRORS))
+    return df.select(*selected)
+
+
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The silver table's schema from its source's (``framework.layers.Planner``): each column
+    resolved against the source, then each rule against the columns. None when the source's
+    schema is unknown or a transform may change the columns."""
+    spec = cast(SilverTableSpec, table.spec)
+    source = inputs.get((spec.source.layer, spec.source.table))
+    if source is None:
+        return None, []
+    df = spark.createDataFrame([], source)
+    name = table.env.table_name(spec.source.layer, spec.source.table)
+    problems = []
+    for i, c in enumerate(spec.columns):
+        reason = analysis_problem(lambda col: df.select(_source(col)), c)
+        if reason:
+            key, text = ("expr", c.expr) if c.expr else ("from" if c.from_ else "name",
+                                                          c.from_ or c.name)
+            problems.append(ConfigError(f"expected a column or expression over the columns of "
+                                        f"{name}, found {text!r}: {reason}",
+                                        key=f"columns[{i}].{key}"))
+    if problems or spec.transforms:
+        return None, problems
+    out = select_columns(df, spec)
+    for i, e in enumerate(spec.expectations):
+        reason = analysis_problem(out.selectExpr, e.rule)
+        if reason:
+            problems.append(ConfigError(f"expected a rule over the columns of {table.full_name}, "
+                                        f"found {e.rule!r}: {reason}",
+                                        key=f"expectations[{i}].rule"))
+    return StructType([f for f in out.schema.fields if f.name != CAST_ERRORS]), problems
 
 
 class SilverJob(StreamingJob):
@@ -110,23 +175,7 @@ class SilverJob(StreamingJob):
 
     # ------------------------------------------------------------------ columns and tables
     def _columns(self, df: DataFrame) -> DataFrame:
-        """The spec's columns (all data columns of the source when none are listed), with the
-        names of columns whose value did not fit its type in ``_cast_errors``."""
-        if not self.spec.columns:
-            return df.select(*[c for c in df.columns if not c.startswith("_")])
-        selected: list[Column] = []
-        failures: list[Column] = []
-        for c in self.spec.columns:
-            base = F.expr(c.expr) if c.expr else F.col(c.from_ or c.name)
-            if c.type:
-                typed = base.try_cast(c.type)
-                failures.append(F.when(base.isNotNull() & typed.isNull(), F.lit(f"cast:{c.name}")))
-                base = typed
-            selected.append(base.alias(c.name))
-        if self._typed:
-            errors = F.filter(F.array(*failures), lambda x: x.isNotNull())
-            selected.append(errors.alias(CAST_ERRORS))
-        return df.select(*selected)
+        return select_columns(df, self.spec)
 
     def _create_tables(self, schema: StructType) -> None:
         spec = self.table.spec

@@ -236,3 +236,43 @@ def test_validate_has_spark_parse_every_schema_type_and_expression(
         assert key not in err
     # without Spark the rest of the configuration is still checked, and is valid
     assert main([*args, "--no-spark"]) == 0
+
+
+def test_validate_resolves_columns_against_the_schemas_the_tables_will_have(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # bronze's columns come from its DDL (plus its own); silver's from its columns; gold reads
+    # silver's. Each expression must name columns of the table it reads.
+    lakehouse.add_table("bronze", "orders", {
+        "source": {**ORDERS["source"],
+                   "schema": "order_id STRING, quantity INT, event_time TIMESTAMP"}})
+    lakehouse.add_table("silver", "orders", {
+        "source": "orders",
+        "columns": [{"name": "order_id"}, {"name": "qty", "from": "quantity", "type": "bigint"},
+                    {"name": "event_time"}, {"name": "file", "from": "_source_file"}],
+        "expectations": [{"name": "positive", "rule": "qty > 0"},
+                         {"name": "stale", "rule": "quantity > 0"}]})
+    lakehouse.add_table("silver", "doubled", {
+        "source": "orders", "columns": [{"name": "total", "expr": "quantiti * 2"}]})
+    lakehouse.add_table("gold", "totals", {
+        "source": "orders", "event_time": "event_time", "watermark": "10 minutes",
+        "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
+        "aggregates": [{"name": "lines", "expr": "count(*)"},
+                       {"name": "items", "expr": "sum(qty)"},
+                       {"name": "old_items", "expr": "sum(quantity)"}]})
+    assert main(["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]) == 2
+    err = capsys.readouterr().err
+    assert "3 configuration problem(s)" in err
+    lines = {line.split("/tables/")[1].split(": expected")[0]: line
+             for line in err.splitlines() if line.startswith("  - ")}
+    assert sorted(lines) == ["gold/totals.yaml:aggregates[2].expr",
+                             "silver/doubled.yaml:columns[0].expr",
+                             "silver/orders.yaml:expectations[1].rule"]
+    bronze, silver = (lakehouse.project().table("orders", layer).full_name
+                      for layer in (Layer.BRONZE, Layer.SILVER))
+    assert f"over the columns of {bronze}, found 'quantiti * 2'" in \
+        lines["silver/doubled.yaml:columns[0].expr"]
+    assert "`quantity`" in lines["silver/doubled.yaml:columns[0].expr"]  # Spark's suggestion
+    assert "[UNRESOLVED_COLUMN" in lines["silver/orders.yaml:expectations[1].rule"]
+    assert f"columns of {silver}, found 'sum(quantity)'" in \
+        lines["gold/totals.yaml:aggregates[2].expr"]
