@@ -1,4 +1,4 @@
-"""The SQL in table specs (schemas, types, expressions) checked by Spark's own parser.
+"""The SQL in table specs (schemas, types, expressions) checked by Spark, before any job runs.
 
 A spec's SQL otherwise fails only when its job runs: a DDL with a misspelt type when bronze
 starts, an aggregate calling a function Spark does not have when gold plans its query.
@@ -34,6 +34,7 @@ ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 # Analysis errors that only say the expression names a column the check has no schema for.
 UNRESOLVED_INPUT = ("UNRESOLVED_COLUMN", "UNRESOLVED_FIELD", "UNRESOLVED_MAP_KEY")
+HIDDEN_METADATA = "_metadata"
 
 EXAMPLES = {
     SqlKind.SCHEMA: "a DDL schema such as 'id BIGINT, name STRING'",
@@ -88,10 +89,16 @@ def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigErr
 
 
 def analysis_problem(build: Callable[..., Any], *args: Any) -> str | None:
-    """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can."""
+    """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can.
+
+    The DataFrame is built over an empty one of the planned schema, which lacks the hidden
+    ``_metadata`` column a job's file or Delta source has: a name under it is not a problem."""
     try:
         build(*args).schema  # noqa: B018 (analysis is the check)
     except AnalysisException as exc:
+        if (exc.getCondition() or "").startswith(UNRESOLVED_INPUT) and \
+                f"`{HIDDEN_METADATA}`" in str(exc):
+            return None
         return _reason(exc)
     return None
 

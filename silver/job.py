@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
@@ -115,7 +116,10 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
                                         key=f"columns[{i}].{key}"))
     if problems or spec.transforms:
         return None, problems
-    out = select_columns(df, spec)
+    try:
+        out = select_columns(df, spec)
+    except AnalysisException:  # a column from the source's hidden _metadata: known at run time
+        return None, problems
     for i, e in enumerate(spec.expectations):
         reason = analysis_problem(out.selectExpr, e.rule)
         if reason:

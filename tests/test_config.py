@@ -254,6 +254,11 @@ def test_validate_resolves_columns_against_the_schemas_the_tables_will_have(
                          {"name": "stale", "rule": "quantity > 0"}]})
     lakehouse.add_table("silver", "doubled", {
         "source": "orders", "columns": [{"name": "total", "expr": "quantiti * 2"}]})
+    # the source's hidden _metadata column exists when the job reads, not in the check
+    lakehouse.add_table("silver", "lineage", {
+        "source": "orders", "columns": [{"name": "order_id"},
+                                        {"name": "read_from", "expr": "_metadata.file_path"}],
+        "expectations": [{"name": "known", "rule": "read_from IS NOT NULL"}]})
     lakehouse.add_table("gold", "totals", {
         "source": "orders", "event_time": "event_time", "watermark": "10 minutes",
         "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
