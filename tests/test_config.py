@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -188,6 +190,13 @@ def test_validate_rejects_a_glob_source_matching_the_archive(lakehouse: Lakehous
         lakehouse.project()
 
 
+def hourly_totals(**aggregates: str) -> dict[str, Any]:
+    """A gold spec aggregating silver orders per order and hour."""
+    return {"source": "orders", "event_time": "event_time", "watermark": "10 minutes",
+            "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
+            "aggregates": [{"name": n, "expr": e} for n, e in aggregates.items()]}
+
+
 def test_validate_accepts_the_sample_configuration(
     spark: SparkSession, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -208,12 +217,8 @@ def test_validate_has_spark_parse_every_schema_type_and_expression(
                     {"name": "amount", "expr": "quantity * 2", "type": "decimal(12,2)"}],
         "expectations": [{"name": "positive", "rule": "quantity > 0"},
                          {"name": "known", "rule": "is_known(order_id)"}]})
-    lakehouse.add_table("gold", "totals", {
-        "source": "orders", "event_time": "event_time", "watermark": "10 minutes",
-        "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
-        "aggregates": [{"name": "lines", "expr": "count(*)"},
-                       {"name": "items", "expr": "summ(quantity)"},
-                       {"name": "revenue", "expr": "sum(amount)"}]})
+    lakehouse.add_table("gold", "totals", hourly_totals(
+        lines="count(*)", items="summ(quantity)", revenue="sum(amount)"))
     args = ["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -259,12 +264,8 @@ def test_validate_resolves_columns_against_the_schemas_the_tables_will_have(
         "source": "orders", "columns": [{"name": "order_id"},
                                         {"name": "read_from", "expr": "_metadata.file_path"}],
         "expectations": [{"name": "known", "rule": "read_from IS NOT NULL"}]})
-    lakehouse.add_table("gold", "totals", {
-        "source": "orders", "event_time": "event_time", "watermark": "10 minutes",
-        "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["order_id"],
-        "aggregates": [{"name": "lines", "expr": "count(*)"},
-                       {"name": "items", "expr": "sum(qty)"},
-                       {"name": "old_items", "expr": "sum(quantity)"}]})
+    lakehouse.add_table("gold", "totals", hourly_totals(
+        lines="count(*)", items="sum(qty)", old_items="sum(quantity)"))
     assert main(["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]) == 2
     err = capsys.readouterr().err
     assert "3 configuration problem(s)" in err
