@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 # The suffix of a reconciled mark that settled failed files only (see mark_reconciled).
 FAILED_ONLY = ".failed"
 
+
 def last_committed_batch(checkpoint: str, env: Environment | None = None) -> int:
     """The highest batch id in the checkpoint's commit log, or -1 when none committed.
 

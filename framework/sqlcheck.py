@@ -88,16 +88,18 @@ def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigErr
     return problems
 
 
-def analysis_problem(build: Callable[..., Any], *args: Any) -> str | None:
+def analysis_problem(build: Callable[..., Any], *args: Any, any_column: bool = False
+                     ) -> str | None:
     """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can.
 
-    The DataFrame is built over an empty one of the planned schema, which lacks the hidden
-    ``_metadata`` column a job's file or Delta source has: a name under it is not a problem."""
+    A column Spark cannot resolve is not a problem with ``any_column`` (no input schema is
+    known), nor one under the hidden ``_metadata`` column: a planned schema is an empty
+    DataFrame, which lacks what a job's file or Delta source has there."""
     try:
         build(*args).schema  # noqa: B018 (analysis is the check)
     except AnalysisException as exc:
-        if (exc.getCondition() or "").startswith(UNRESOLVED_INPUT) and \
-                f"`{HIDDEN_METADATA}`" in str(exc):
+        unresolved = (exc.getCondition() or "").startswith(UNRESOLVED_INPUT)
+        if unresolved and (any_column or f"`{HIDDEN_METADATA}`" in str(exc)):
             return None
         return _reason(exc)
     return None
@@ -117,18 +119,16 @@ def _quiet(names: Iterable[str]) -> Iterator[None]:
 
 
 def _problem(spark: SparkSession, text: SqlText) -> str | None:
+    if text.kind is SqlKind.EXPRESSION:
+        return analysis_problem(spark.range(0).selectExpr, text.text, any_column=True)
     try:
         if text.kind is SqlKind.SCHEMA:
             parse_schema(text.text)
-        elif text.kind is SqlKind.TYPE:
-            DataType.fromDDL(text.text)
         else:
-            spark.range(0).selectExpr(text.text).schema  # noqa: B018 (analysis is the check)
+            DataType.fromDDL(text.text)
     except ValueError as exc:
         return str(exc)
     except AnalysisException as exc:
-        if (exc.getCondition() or "").startswith(UNRESOLVED_INPUT):
-            return None
         return _reason(exc)
     return None
 
