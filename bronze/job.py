@@ -107,6 +107,9 @@ LEDGER_SCHEMA = StructType(
 )
 
 
+# Files older than this, relative to the newest file seen, are not taken by Spark's file source.
+MAX_FILE_AGE = "3650d"
+
 # Statistics only on the ingestion columns: bronze is read by streams and by batch id, and
 # collecting min/max of every data column costs a share of the write. The change data feed lets
 # each batch's rows be read back from its own commit (see BronzeJob._batch_rows).
@@ -328,7 +331,11 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     spec = cast(BronzeTableSpec, table.spec)
     if not spec.source.schema_:
         return None, []
-    return bronze_schema(spec, parse_schema(spec.source.schema_)), []
+    try:
+        records = parse_schema(spec.source.schema_)
+    except ValueError:  # reported by the parse of the spec's SQL
+        return None, []
+    return bronze_schema(spec, records), []
 
 
 class BronzeJob(StreamingJob):
@@ -393,6 +400,10 @@ class BronzeJob(StreamingJob):
         reader = self.spark.readStream.option("recursiveFileLookup", src.recursive_file_lookup)
         # A corrupt file must not fail the stream: it is detected per batch and quarantined.
         reader = reader.option("ignoreCorruptFiles", "true")
+        # Spark ignores a new file whose modification time is more than maxFileAge (7 days by
+        # default) older than the newest file it has seen: a late delivery that keeps its
+        # original time (cp -p, land --keep-times) would be skipped without a word.
+        reader = reader.option("maxFileAge", MAX_FILE_AGE)
         if src.path_glob_filter:
             reader = reader.option("pathGlobFilter", src.path_glob_filter)
         if src.max_files_per_trigger:
@@ -405,7 +416,13 @@ class BronzeJob(StreamingJob):
             )
         elif src.clean_source is CleanSource.DELETE:
             reader = reader.option("cleanSource", "delete")
-        self.storage.makedirs(self.landing)
+        folder = self.spec.landing_folder(self.table)
+        if not self.storage.exists(folder):
+            # Spark would watch a missing folder forever and ingest nothing: a typo in the
+            # path must not look like a quiet feed.
+            raise JobError(self.table.full_name, "read",
+                           f"expected the landing folder {folder}, found none; create it with "
+                           f"'medallion init' or correct source.path in {self.table.source_file}")
         return READERS[src.format](self, reader, self.schema)
 
     def transform(self, df: DataFrame) -> DataFrame:

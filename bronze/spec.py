@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
-from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
+from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
 from framework.storage import local_path
@@ -73,6 +74,21 @@ class BronzeTableSpec(TableSpec):
 
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)
+
+    def landing_folder(self, table: Table) -> str:
+        """The folder the landing path lies in: the path itself, or for a glob the part
+        before its first component with a wildcard."""
+        parts = self.landing(table).split("/")
+        wild = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[{")),
+                    len(parts))
+        return "/".join(parts[:wild])
+
+    def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        folder = self.landing_folder(table)
+        if "://" in folder or os.path.isdir(folder):  # remote stores are checked at run time
+            return []
+        return [f"{table.full_name}: the landing folder {folder} does not exist yet; "
+                "'medallion run' fails until it does ('medallion init' creates it)"]
 
     def archive_dir(self, table: Table) -> str:
         return table.env.resolve(self.source.archive_dir or f"archive/{self.name}")

@@ -170,6 +170,9 @@ def hadoop_settings(settings: AzureStorage) -> dict[str, str]:
 class AdlsStorage:
     """The lake's file operations on one ADLS Gen2 account."""
 
+    # Last-Modified is an HTTP date: whole seconds, set by the service when a file is written.
+    time_resolution_ms = 1000
+
     def __init__(self, settings: AzureStorage, env: Environment | None = None,
                  credential: Credential | None = None) -> None:
         from azure.storage.filedatalake import DataLakeServiceClient, ExponentialRetry
@@ -271,9 +274,10 @@ class AdlsStorage:
         except ResourceExistsError:
             return
 
-    def upload(self, local_file: str, path: str) -> None:
+    def upload(self, local_file: str, path: str, modified_ms: int | None = None) -> None:
         """Upload a local file under a hidden name, then rename it into place, so a reader
-        listing the folder never sees it half written; an existing target is an error."""
+        listing the folder never sees it half written; an existing target is an error. The
+        service sets the modification time (``modified_ms`` cannot be given)."""
         p = self._parse(path)
         if self.exists(path):
             raise StorageError(f"expected no file at {path}, found one (uploading {local_file})")
@@ -284,6 +288,13 @@ class AdlsStorage:
         with open(local_file, "rb") as fh:
             self._call("upload", path, lambda: file.upload_data(fh, overwrite=True))
         self.move(staging, path)
+
+    def touch(self, path: str) -> None:
+        """Flush the file again at its length: its data is unchanged, its Last-Modified now."""
+        p = self._parse(path)
+        file = self.client.get_file_client(p.filesystem, p.path)
+        size = self.stat(path).size
+        self._call("touch", path, lambda: file.flush_data(size))
 
     # ------------------------------------------------------------------ helpers
     def _parse(self, path: str) -> AbfsPath:

@@ -7,16 +7,26 @@ configuration or the command line is invalid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from framework import __version__
 from framework.config.loader import load_project
 from framework.config.model import Layer, ProjectConfig, Table
-from framework.errors import ConfigError, ConfigValidationError, MedallionError, TableNotFoundError
+from framework.errors import (
+    ConfigError,
+    ConfigValidationError,
+    MedallionError,
+    QueryError,
+    TableNotFoundError,
+    UsageError,
+)
 from framework.logging import LogFormat, configure_logging, get_logger
 from framework.text import render_table
 
@@ -92,10 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "file) in the local lakehouse once, run bronze, silver and gold on it "
                        "and print what each layer did and a gold query that prunes.")
     p.add_argument("--fresh", action="store_true", help="delete the lakehouse root first")
-    p.add_argument("--orders", type=int, default=500_000,
-                   help="orders in the generated feed (default 500000)")
-    p.add_argument("--files", type=int, default=100,
-                   help="landing files they are spread over (default 100)")
+    p.add_argument("--orders", type=int,
+                   default=int(os.environ.get("MEDALLION_DEMO_ORDERS", 500_000)),
+                   help="orders in the generated feed (default $MEDALLION_DEMO_ORDERS or "
+                   "500000)")
+    p.add_argument("--files", type=int,
+                   default=int(os.environ.get("MEDALLION_DEMO_FILES", 100)),
+                   help="landing files they are spread over (default $MEDALLION_DEMO_FILES "
+                   "or 100)")
     p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON here")
     p.set_defaults(handler=cmd_demo)
 
@@ -114,10 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_init)
 
     p = sub.add_parser("land", parents=[common], help="upload files into a feed's landing",
-                       description="Upload local files into a bronze feed's landing folder "
-                       "(each appears whole: written under a hidden name, then renamed).")
+                       description="Upload local files into a bronze feed's landing folder, "
+                       "in the order given: each appears whole (written under a hidden name, "
+                       "then renamed) with a later modification time than the one before, so "
+                       "the feed is read in that order.")
     p.add_argument("table")
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--keep-times", action="store_true",
+                   help="give each file its own local modification time instead (local "
+                   "stores only): the feed is read in the order of those times")
     p.set_defaults(handler=cmd_land)
 
     p = sub.add_parser("purge-archive", parents=[common],
@@ -144,17 +163,53 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or ("warning" if args.command == "demo" else "info")
-    configure_logging(args.log_format, level)
+    fmt = configure_logging(args.log_format, level)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        if level != "debug":  # PySpark logs each analysis error with its JVM stack
+            with quiet_query_loggers():
+                return handler(args)
         return handler(args)
     except ConfigValidationError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
+    except UsageError as exc:
+        _report(args.command, exc, fmt, level)
+        return EXIT_CONFIG
     except MedallionError as exc:
-        get_logger().error("command.failed", command=args.command, error=str(exc))
-        print(f"error: {exc}", file=sys.stderr)
+        _report(args.command, exc, fmt, level)
         return EXIT_FAILED
+    except Exception as exc:  # not one the framework knows: its first line, stack on request
+        _report(args.command, exc, fmt, level, unexpected=True)
+        return EXIT_FAILED
+
+
+def _report(command: str, exc: Exception, fmt: LogFormat, level: str,
+            unexpected: bool = False) -> None:
+    """An error, once: a JSON event where logs are JSON, else one plain line; the stack only
+    with ``--log-level debug``. An error the framework did not expect is shown by its type
+    and first line (a Java exception's text holds its whole stack)."""
+    lines = str(exc).strip().splitlines()
+    text = str(exc) if not unexpected else \
+        f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    if unexpected and level != "debug":
+        text += " (--log-level debug shows the stack)"
+    if fmt is LogFormat.JSON:
+        get_logger().error("command.failed", command=command, error=text,
+                           exc_info=exc if level == "debug" else None)
+        return
+    print(f"error: {text}", file=sys.stderr)
+    if level == "debug":
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def quiet_query_loggers() -> Any:
+    """PySpark's query-context loggers muted (they need pyspark; nothing if it is absent)."""
+    try:
+        from framework.sqlcheck import quiet_query_loggers as quiet
+    except ImportError:  # pragma: no cover - the wheel without Spark: validate --no-spark
+        return contextlib.nullcontext()
+    return quiet()
 
 
 def _project(args: argparse.Namespace) -> ProjectConfig:
@@ -172,7 +227,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not args.no_spark:
         from framework.sqlcheck import parser_session, sql_problems
 
-        problems = sql_problems(parser_session(), project.tables)
+        problems = sql_problems(parser_session(), project)
         if problems:
             raise ConfigValidationError(problems)
     by_layer: dict[str, list[str]] = {}
@@ -252,16 +307,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     spark = _spark(project, "medallion-demo")
     if args.log_level is None:  # Spark's own warnings would bury the progress lines
         spark.sparkContext.setLogLevel("ERROR")
-    summary = _run(spark, project, select_tables(project, None), False, watch=_print_progress)
-    result = demo.summarize(spark, project, summary.to_dict(), feed, generated)
+    tables = select_tables(project, None)
+    runs = [_run(spark, project, tables, False, watch=_print_progress)]
+    later = demo.deliver_later(project) if runs[0].status is RunStatus.SUCCEEDED else []
+    if later:
+        fed = project.fed_by([project.table("orders", Layer.BRONZE)])
+        print(f"a later delivery lands ({', '.join(os.path.basename(f) for f in later)}): "
+              f"running {', '.join(t.full_name for t in fed)} again", flush=True)
+        runs.append(_run(spark, project, fed, False, watch=_print_progress))
+    result = demo.summarize(spark, project, demo.combine([r.to_dict() for r in runs]), feed,
+                            generated)
     print()
     print(demo.render(result))
-    if summary.status is not RunStatus.SUCCEEDED:
-        print()
-        print(summary.render())
+    for summary in runs:
+        if summary.status is not RunStatus.SUCCEEDED:
+            print()
+            print(summary.render())
     if args.summary:
         _write_json(args.summary, result)
-    return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
+    failed = any(r.status is RunStatus.FAILED for r in runs)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _print_progress(query: str | None, batch: Any, rows: int) -> None:
@@ -278,8 +343,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     spark = _spark(project, "medallion-status")
     rows = [table_status(spark, t) for t in project.tables]
     _print_table(
-        ["table", "exists", "rows", "version", "last batch", "pending files", "pending bytes"],
-        [[r.table, r.exists, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
+        ["table", "kind", "rows", "version", "last batch", "pending files", "pending bytes"],
+        [[r.table, r.kind, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
          for r in rows],
     )
     return EXIT_OK
@@ -291,17 +356,32 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if args.explain_pruning:
         from framework.pruning import explain_pruning
 
-        evidence = explain_pruning(spark, args.query)
+        with query_errors():
+            evidence = explain_pruning(spark, args.query)
         print(json.dumps(evidence.to_dict()) if args.json else evidence.render())
         return EXIT_OK
-    df = spark.sql(args.query)
-    rows = df.limit(args.limit).collect()
+    with query_errors():
+        df = spark.sql(args.query)
+        rows = df.limit(args.limit).collect()
     if args.json:
         for r in rows:
             print(json.dumps(r.asDict(recursive=True), default=str))
     else:
         _print_table(df.columns, [list(r) for r in rows])
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def query_errors() -> Iterator[None]:
+    """Spark's rejection of a query given by a person, as one line (a :class:`QueryError`)."""
+    from pyspark.errors import AnalysisException
+
+    from framework.sqlcheck import first_line
+
+    try:
+        yield
+    except AnalysisException as exc:
+        raise QueryError(f"Spark cannot run the query: {first_line(exc)}") from exc
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -330,7 +410,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     folders = [env.path("tables"), env.path("_checkpoints")]
     for table in project.of_layer(Layer.BRONZE):
         spec: Any = table.spec
-        folders += [spec.landing(table), spec.quarantine_dir(table)]
+        folders += [spec.landing_folder(table), spec.quarantine_dir(table)]
         if spec.source.clean_source is CleanSource.ARCHIVE:
             folders.append(spec.archive_dir(table))
     store = storage_for(env.root, env)
@@ -342,9 +422,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_land(args: argparse.Namespace) -> int:
-    import os
-
-    from framework.storage import storage_for
+    from framework.storage import FileInfo, land, storage_for
 
     project = _project(args)
     table = project.table(args.table, Layer.BRONZE)
@@ -354,12 +432,19 @@ def cmd_land(args: argparse.Namespace) -> int:
         print(f"expected files to upload, found none at: {', '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
     store = storage_for(landing, project.env)
+    if args.keep_times and store.time_resolution_ms != 1:
+        raise UsageError(f"expected a store whose files' times can be set for --keep-times, "
+                         f"found {landing}, whose store sets them itself when a file is "
+                         "written; land without --keep-times (each file then gets a later "
+                         "time than the one before)")
     log = get_logger(env=project.env.name, table=table.full_name)
-    for f in args.files:
-        target = f"{landing}/{os.path.basename(f)}"
-        store.upload(f, target)
-        log.info("landing.uploaded", file=f, target=target, bytes=os.path.getsize(f))
-        print(f"landed: {target}")
+
+    def landed(local_file: str, info: FileInfo) -> None:
+        log.info("landing.uploaded", file=local_file, target=info.path, bytes=info.size,
+                 modified_ms=info.modified_ms)
+        print(f"landed: {info.path}", flush=True)
+
+    land(store, args.files, landing, keep_times=args.keep_times, on_landed=landed)
     return EXIT_OK
 
 

@@ -6,17 +6,19 @@ the lakehouse root first. The orders feed holds, besides the plain events:
 
 * **duplicate events**: a till re-sends some events a few minutes later, in the same file;
 * **re-delivered files**: two files are exported again, under new names, right after the next;
-* **late events**: an offline till uploads its first six hours of orders after everything;
+* **late events**: an offline till uploads its first six hours of orders later, after the
+  first run: a delivery of its own, far behind the watermark by then;
 * **malformed lines**: a truncated JSON object and an HTML error page in every tenth file;
 * **rejected events**: orders with a quantity of 0, which silver's expectation quarantines;
 * **an extra column**: one file carries a ``coupon`` key the schema does not know (rescued);
 * **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine).
 
-Event times advance by four hours a file, so the events of the ten files bronze takes per
-micro-batch span less than silver's deduplication delay (two days): a re-delivered file's
-events are duplicates, not late rows; the offline till's events are far behind the watermark
-(Spark drops a row as late by the watermark of the batch before, which the first 30 files
-advance past them).
+Event times advance by four hours a file, and a re-delivered file comes right after the next
+one: its events are within silver's deduplication delay (two days) of the first copies, so
+they are duplicates, not late rows. The first run reads the whole backlog; silver and gold
+read whole commits of the layer before (see :mod:`framework.eventtime`), so the backlog is one
+silver micro-batch. The offline till's file is landed after it (:func:`deliver_later`) and
+read by a second run, whose watermark is far ahead of its events: they are dropped as late.
 :func:`summarize` gathers what each layer did and what its tables hold.
 """
 
@@ -37,6 +39,7 @@ from framework.config.model import Layer, ProjectConfig
 from framework.errors import ConfigError
 
 MANIFEST = ".demo-feed.json"
+LATER = ".demo-later"  # files delivered after the first run, under the root
 FIRST_EVENT = datetime(2026, 11, 1, tzinfo=UTC)
 FILE_SPAN = timedelta(hours=4)
 STORES = 12
@@ -55,6 +58,7 @@ class Feed:
     redelivered_files: list[str] = field(default_factory=list)
     redelivered_records: int = 0
     late_events: int = 0
+    later_files: list[str] = field(default_factory=list)  # landed after the first run
     malformed_lines: int = 0
     rejected_events: int = 0  # quantity 0
     extra_column_file: str = ""
@@ -157,19 +161,36 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
             feed.redelivered_records += len(sent[f - 1])
             feed.records += len(sent[f - 1])
         sent.pop(f - 2, None)
-    # an offline till uploads its first six hours last: far behind every watermark
-    late = max(20, orders // 1000)
-    lines = [json.dumps(_order(n + i, FIRST_EVENT + timedelta(seconds=rng.randrange(21_600)),
-                               rng, quantity=rng.randint(1, 5))) for i in range(late)]
-    delivery.write("orders-till-offline.json", _lines(lines))
-    feed.late_events = late
-    feed.records += late
     # a gzip file cut short in transfer: nothing in it can be read
+    late = max(20, orders // 1000)
     whole = gzip.compress(_lines([json.dumps(_order(n + late + i, FIRST_EVENT, rng))
                                   for i in range(100)]))
     feed.unreadable_file = delivery.write(f"orders-{files:05d}.json.gz", whole[:20])
+    # an offline till uploads its first six hours later: far behind every watermark by then
+    lines = [json.dumps(_order(n + i, FIRST_EVENT + timedelta(seconds=rng.randrange(21_600)),
+                               rng, quantity=rng.randint(1, 5))) for i in range(late)]
+    later = folder.parent.parent / LATER / folder.name
+    later.mkdir(parents=True, exist_ok=True)
+    (later / "orders-till-offline.json").write_bytes(_lines(lines))
+    feed.later_files.append("orders-till-offline.json")
+    feed.late_events = late
+    feed.records += late
     feed.files = files + len(redeliver) + 2
     return feed
+
+
+def deliver_later(project: ProjectConfig) -> list[str]:
+    """Land the files the feed holds back for a later delivery (the offline till's upload),
+    with ``medallion land``'s ordering; returns them (none once they have landed)."""
+    from framework.storage import LocalStorage, land
+
+    table = project.table("orders", Layer.BRONZE)
+    later = Path(project.env.root) / LATER / "orders"
+    files = sorted(str(p) for p in later.glob("*")) if later.is_dir() else []
+    landed = land(LocalStorage(), files, table.spec.landing(table))  # type: ignore[attr-defined]
+    for f in files:
+        os.remove(f)
+    return [info.path for info in landed]
 
 
 def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None) -> dict[str, Any]:
@@ -205,6 +226,27 @@ COLUMNS = ("rows", "added", "quarantined", "duplicates_dropped", "late_rows_drop
            "files_archived")
 PRUNING_QUERY = ("SELECT window_date, name, region, orders, items, revenue FROM {mart} "
                  "WHERE region = 'north' ORDER BY window_date DESC, name LIMIT 5")
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run summaries (``RunSummary.to_dict``) as one: per table, rows and counts added up
+    (the state's size is the last run's), the worst status, the total duration."""
+    tables: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for t in run["tables"]:
+            acc = tables.setdefault(t["table"], {**t, "batches": 0, "rows_in": 0,
+                                                 "rows_out": 0, "counts": {}})
+            for key in ("batches", "rows_in", "rows_out"):
+                acc[key] += t[key]
+            for key, value in t["counts"].items():
+                last = key == "state_rows"
+                acc["counts"][key] = value if last else acc["counts"].get(key, 0) + value
+            if t["status"] != "succeeded":
+                acc["status"], acc["error"] = t["status"], t["error"]
+    statuses = [r["status"] for r in runs]
+    status = next((s for s in ("failed", "stopped") if s in statuses), "succeeded")
+    return {**runs[0], "status": status, "tables": list(tables.values()),
+            "duration_s": round(sum(r["duration_s"] for r in runs), 3), "runs": len(runs)}
 
 
 def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Feed,

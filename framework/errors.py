@@ -106,12 +106,22 @@ class DeltaNotAvailableError(SessionError):
 
 
 class JobError(MedallionError):
-    """Raised when a job step fails; names the table and the step, chained from the cause."""
+    """Raised when a job step fails; names the table and the step, chained from the cause.
+
+    An exception given as the cause is quoted by its first line: Spark's errors carry the
+    plan and the JVM's stack after it (kept in the chained cause, for a debugger or a log at
+    debug level)."""
 
     def __init__(self, table: str, step: str, cause: BaseException | str) -> None:
         self.table = table
         self.step = step
-        super().__init__(f"{table}: step '{step}' failed: {cause}")
+        text = cause if isinstance(cause, str) else _first_line(cause)
+        super().__init__(f"{table}: step '{step}' failed: {text}")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 class QueryFailedError(JobError):
@@ -126,8 +136,18 @@ class StorageAccessError(StorageError):
     """Raised when the lake refuses an operation to the identity used (HTTP 401/403)."""
 
 
-class TableNotFoundError(MedallionError):
+class UsageError(MedallionError):
+    """Raised when a command is asked something it cannot do as given (a table name that is
+    not configured, SQL Spark rejects, a file that does not exist); exit code 2."""
+
+
+class TableNotFoundError(UsageError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
+
+
+class QueryError(UsageError):
+    """Raised when Spark rejects a query given on the command line (syntax, a table or column
+    it cannot find); carries the first line of Spark's message."""
 
 
 class ScanNotFoundError(MedallionError):

@@ -35,6 +35,7 @@ from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer, Table
 from framework.delta import append, batch_commit
 from framework.errors import JobError, MedallionError, QueryFailedError
+from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
 from framework.text import render_table
@@ -48,7 +49,7 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     STOPPED = "stopped"  # stopped on request at a batch boundary
     FAILED = "failed"
-    SKIPPED = "skipped"  # not started: an earlier table failed or a stop was requested
+    SKIPPED = "skipped"  # not started: a table it reads failed, or a stop was requested
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ class RunSummary:
             for t in self.tables
         ]
         title = f"run {self.run_id} ({self.env}): {self.status.value} in {self.duration_s:.1f}s"
-        return title + "\n" + render_table(head, rows, sep="  ")
+        notes = [f"{t.table} {t.status.value}: {t.error}" for t in self.tables if t.error]
+        return "\n".join([title, render_table(head, rows, sep="  "), *notes])
 
 
 class StreamingJob(ABC):
@@ -259,9 +261,15 @@ class StreamingJob(ABC):
         """The streaming DataFrame this job consumes."""
 
     def read_table_stream(self, layer: Layer, name: str, *, max_files: int | None = None,
-                          max_bytes: str | None = None) -> DataFrame:
+                          max_bytes: str | None = None, whole_commits: bool = False
+                          ) -> DataFrame:
         """A stream of the configured Delta table ``layer.name``, read by its location; an
-        upstream table that was never written is a clear error, not an empty stream."""
+        upstream table that was never written is a clear error, not an empty stream.
+
+        ``whole_commits``: the query keeps a watermark, so each micro-batch reads every
+        upstream commit available when it starts, whole (see :mod:`framework.eventtime`). A
+        limit given explicitly is applied, with a warning (``medallion validate`` gives it
+        too)."""
         from delta.tables import DeltaTable
 
         location = self.table.env.path("tables", layer.value, name)
@@ -274,6 +282,12 @@ class StreamingJob(ABC):
             reader = reader.option("maxFilesPerTrigger", max_files)
         if max_bytes:
             reader = reader.option("maxBytesPerTrigger", max_bytes)
+        if whole_commits and (max_files or max_bytes):
+            self.log.warning("stream.read.may_split_commits", source=f"{layer.value}.{name}",
+                             max_files_per_trigger=max_files, max_bytes_per_trigger=max_bytes,
+                             reason=SPLIT_COMMITS)
+        elif whole_commits:
+            reader = reader.option("maxBytesPerTrigger", ALL_AVAILABLE)
         return reader.load(location)
 
     def delta_sink(self, df: DataFrame, partition_by: Sequence[str] = ()) -> DataStreamWriter:
@@ -356,7 +370,7 @@ class StreamingJob(ABC):
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
-        self.listener.register(self.query_name, self.log, self.batch_rows)
+        self.listener.register(self.query_name, self.log, self.batch_rows, self.on_batch)
         query = self._step("start", writer.queryName(self.query_name).start)
         self.writer_id = str(query.id)
         self.on_started(query)
@@ -369,6 +383,10 @@ class StreamingJob(ABC):
 
     def on_started(self, query: StreamingQuery) -> None:  # noqa: B027 (an optional hook)
         """Called once the query has started (its id is known); nothing by default."""
+
+    def on_batch(self, progress: BatchProgress) -> None:  # noqa: B027 (an optional hook)
+        """Called with each micro-batch's progress, on the listener's thread; nothing by
+        default."""
 
     def _await(self, query: StreamingQuery) -> RunStatus:
         while True:

@@ -36,6 +36,8 @@ class BatchProgress:
     processed_rows_per_second: float
     duration_ms: dict[str, int]
     watermark: str | None
+    event_time_min: str | None  # of the batch's rows, when the query has a watermark
+    event_time_max: str | None
     state_rows: int
     state_rows_updated: int
     rows_dropped_by_watermark: int
@@ -52,6 +54,8 @@ class BatchProgress:
             processed_rows_per_second=_finite(p.processedRowsPerSecond),
             duration_ms={k: int(v) for k, v in (p.durationMs or {}).items()},
             watermark=(p.eventTime or {}).get("watermark"),
+            event_time_min=(p.eventTime or {}).get("min"),
+            event_time_max=(p.eventTime or {}).get("max"),
             state_rows=sum(int(o.numRowsTotal) for o in ops),
             state_rows_updated=sum(int(o.numRowsUpdated) for o in ops),
             rows_dropped_by_watermark=sum(int(o.numRowsDroppedByWatermark) for o in ops),
@@ -98,6 +102,7 @@ class ProgressListener(StreamingQueryListener):
         self._names: dict[str, str | None] = {}  # query run id -> query name
         self._watchers: list[Callable[[str | None, BatchProgress, int], None]] = []
         self._rows: dict[str, Callable[[BatchProgress], int]] = {}  # query name -> counter
+        self._hooks: dict[str, Callable[[BatchProgress], None]] = {}  # query name -> on batch
 
     @classmethod
     def install(cls, spark: SparkSession) -> ProgressListener:
@@ -113,14 +118,18 @@ class ProgressListener(StreamingQueryListener):
 
     # ------------------------------------------------------------------ registration
     def register(self, query_name: str, log: Any,
-                 rows: Callable[[BatchProgress], int] | None = None) -> None:
+                 rows: Callable[[BatchProgress], int] | None = None,
+                 on_batch: Callable[[BatchProgress], None] | None = None) -> None:
         """Events of the query named ``query_name`` carry ``log``'s bound context; ``rows``
         gives a batch's input rows when the job knows them better than Spark (which counts a
-        source's rows once per action on the batch)."""
+        source's rows once per action on the batch); ``on_batch`` is called with each batch's
+        progress (a failing call is logged, never raised)."""
         with self._cond:
             self._loggers[query_name] = log
             if rows is not None:
                 self._rows[query_name] = rows
+            if on_batch is not None:
+                self._hooks[query_name] = on_batch
 
     @contextlib.contextmanager
     def watching(
@@ -177,6 +186,12 @@ class ProgressListener(StreamingQueryListener):
         with self._cond:
             watchers = list(self._watchers)
             counter = self._rows.get(p.name or "")
+            hook = self._hooks.get(p.name or "")
+        if hook is not None:
+            try:
+                hook(batch)
+            except Exception as exc:
+                self._log(p.name).warning("stream.progress.hook_failed", error=str(exc))
         for watcher in watchers:
             try:
                 watcher(p.name, batch, counter(batch) if counter else batch.input_rows)

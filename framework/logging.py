@@ -76,8 +76,9 @@ class LogFormat(StrEnum):
 
 def configure_logging(
     fmt: LogFormat | str = LogFormat.AUTO, level: str = "info", stream: TextIO | None = None
-) -> None:
-    """Configure structlog for the process: JSON for jobs, readable output for a person."""
+) -> LogFormat:
+    """Configure structlog for the process: JSON for jobs, readable output for a person;
+    returns the format chosen (``auto`` resolved)."""
     out = stream if stream is not None else sys.stderr
     fmt = LogFormat(fmt)
     if fmt is LogFormat.AUTO:
@@ -104,6 +105,7 @@ def configure_logging(
         logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    return fmt
 
 
 def get_logger(**context: Any) -> Any:

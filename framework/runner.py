@@ -22,34 +22,56 @@ def select_tables(
         chosen = [project.table(n, layer) for n in names]
     else:
         chosen = [t for t in project.tables if layer is None or t.layer == layer]
-    order = list(Layer)
-    return sorted(chosen, key=lambda t: (order.index(t.layer), _depth(project, t), t.name))
+    return project.in_flow_order(chosen)
 
 
-def _depth(project: ProjectConfig, table: Table, seen: frozenset[str] = frozenset()) -> int:
-    """How many tables of its own layer ``table`` reads through, one after another."""
-    same = [name for layer, name in table.spec.upstream()
-            if layer == table.layer and name not in seen]
-    return max((1 + _depth(project, project.table(name, table.layer), seen | {table.name})
-                for name in same), default=0)
+def create_schemas(spark: SparkSession, tables: Sequence[Table]) -> list[str]:
+    """Create the catalog schema of every layer ``tables`` write, before any job runs (a gold
+    view made before any gold table would otherwise find no schema); returns them."""
+    schemas = list(dict.fromkeys(f"{t.env.catalog}.{t.schema}" for t in tables))
+    for schema in schemas:
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    return schemas
 
 
 def run_tables(
     spark: SparkSession, project: ProjectConfig, tables: Sequence[Table], ctx: RunContext
 ) -> RunSummary:
-    """Run each table's job; after a failure or a stop request the rest are skipped."""
+    """Run each table's job, in order. A table that reads (directly or through others) a
+    table that failed, or was skipped, is skipped; the others run. After a stop request the
+    rest are skipped."""
     summary = RunSummary(run_id=ctx.run_id, env=project.env.name)
     log = get_logger(env=project.env.name, run_id=ctx.run_id)
     started = time.monotonic()
     log.info("run.started", tables=[t.full_name for t in tables])
+    create_schemas(spark, tables)
+    not_run: dict[tuple[Layer, str], str] = {}  # failed ("") or skipped (why)
     for table in tables:
-        if ctx.stop.is_set() or summary.status is RunStatus.FAILED:
-            summary.tables.append(
-                TableRunSummary(table.full_name, table.layer.value, RunStatus.SKIPPED)
-            )
+        reason = _skip_reason(project, table, not_run, ctx)
+        if reason is not None:
+            not_run[(table.layer, table.name)] = reason
+            log.warning("job.skipped", table=table.full_name, reason=reason)
+            summary.tables.append(TableRunSummary(table.full_name, table.layer.value,
+                                                  RunStatus.SKIPPED, error=reason))
             continue
         job = job_class(table)(spark, table, ctx)
-        summary.tables.append(job.run())
+        done = job.run()
+        summary.tables.append(done)
+        if done.status is RunStatus.FAILED:
+            not_run[(table.layer, table.name)] = ""
     summary.duration_s = time.monotonic() - started
     log.info("run.finished", **summary.to_dict())
     return summary
+
+
+def _skip_reason(project: ProjectConfig, table: Table, not_run: dict[tuple[Layer, str], str],
+                 ctx: RunContext) -> str | None:
+    """Why ``table`` is not run: a stop was requested, or a table it reads did not run."""
+    if ctx.stop.is_set():
+        return f"a stop was requested ({ctx.stop.reason})"
+    for upstream in table.spec.upstream():
+        if upstream in not_run:
+            name = project.env.table_name(*upstream)
+            why = not_run[upstream]
+            return f"it reads {name}, which " + (f"was skipped: {why}" if why else "failed")
+    return None

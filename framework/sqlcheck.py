@@ -24,7 +24,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, StructType
 
-from framework.config.model import Layer, SqlKind, SqlText, Table
+from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText
 from framework.errors import ConfigError
 from framework.layers import planner
 
@@ -56,20 +56,20 @@ def parse_schema(ddl: str) -> StructType:
     try:
         schema = DataType.fromDDL(ddl)
     except AnalysisException as exc:
-        raise ValueError(_reason(exc)) from exc
+        raise ValueError(first_line(exc)) from exc
     if not isinstance(schema, StructType):
         raise ValueError(f"a single type ({schema.simpleString()}), not a DDL of columns")
     return schema
 
 
-def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigError]:
+def sql_problems(spark: SparkSession, project: ProjectConfig) -> list[ConfigError]:
     """Every piece of the tables' SQL that Spark cannot parse (or whose functions it does not
     have), then every expression naming a column its table's known input does not have; one
     error each, with the spec's file and key."""
     problems: list[ConfigError] = []
     schemas: dict[tuple[Layer, str], StructType] = {}
     with _quiet(ERROR_LOGGERS):
-        for table in sorted(tables, key=lambda t: list(Layer).index(t.layer)):
+        for table in project.in_flow_order(project.tables):
             parsed = []
             for text in table.spec.sql_texts():
                 reason = _problem(spark, text)
@@ -78,10 +78,14 @@ def sql_problems(spark: SparkSession, tables: Iterable[Table]) -> list[ConfigErr
                         f"expected {EXAMPLES[text.kind]}, found {text.text!r}: {reason}",
                         key=text.key))
             plan = planner(table.layer)
-            if not parsed and plan is not None:
-                schema, parsed = plan(spark, table, schemas)
+            if plan is not None:
+                # Planned whatever the parse found: every problem of every table in one pass
+                # (one already reported by the parse is not repeated).
+                schema, planned = plan(spark, table, schemas)
                 if schema is not None:
                     schemas[(table.layer, table.name)] = schema
+                keys = {p.key for p in parsed}
+                parsed += [p for p in planned if p.key not in keys]
             for problem in parsed:
                 problem.file = table.source_file
             problems += parsed
@@ -101,8 +105,14 @@ def analysis_problem(build: Callable[..., Any], *args: Any, any_column: bool = F
         unresolved = (exc.getCondition() or "").startswith(UNRESOLVED_INPUT)
         if unresolved and (any_column or f"`{HIDDEN_METADATA}`" in str(exc)):
             return None
-        return _reason(exc)
+        return first_line(exc)
     return None
+
+
+def quiet_query_loggers() -> Any:
+    """A context in which PySpark does not log the analysis errors it raises (with their
+    query context and stack): the caller reports them."""
+    return _quiet(ERROR_LOGGERS)
 
 
 @contextmanager
@@ -129,11 +139,11 @@ def _problem(spark: SparkSession, text: SqlText) -> str | None:
     except ValueError as exc:
         return str(exc)
     except AnalysisException as exc:
-        return _reason(exc)
+        return first_line(exc)
     return None
 
 
-def _reason(exc: AnalysisException) -> str:
+def first_line(exc: AnalysisException) -> str:
     """The first line of Spark's message (a parse error's message starts on its second)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__

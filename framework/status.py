@@ -1,4 +1,8 @@
-"""The state of each configured table: rows, Delta version, checkpoint, backlog."""
+"""The state of each configured table: kind, rows, Delta version, checkpoint, backlog.
+
+Works on any lake: a table not created yet is reported as missing, a view (a gold mart) with
+its rows and no version, a table that is not Delta (a bucketed parquet table) without one.
+"""
 
 from __future__ import annotations
 
@@ -14,21 +18,26 @@ from framework.storage import storage_for
 @dataclass(frozen=True)
 class TableStatus:
     table: str
-    exists: bool
+    kind: str  # delta, view, parquet...; "missing" when the catalog has no such table
     rows: int | None
     version: int | None
     last_batch: int | None
     pending_files: int | None
     pending_bytes: int | None
 
+    @property
+    def exists(self) -> bool:
+        return self.kind != "missing"
+
 
 def table_status(spark: SparkSession, table: Table) -> TableStatus:
-    exists = bool(spark.catalog.tableExists(table.full_name))
-    rows = version = None
-    if exists:
+    kind, rows, version = "missing", None, None
+    if spark.catalog.tableExists(table.full_name):
+        kind = _kind(spark, table.full_name)
         rows = spark.table(table.full_name).count()
-        history = spark.sql(f"DESCRIBE HISTORY {table.full_name} LIMIT 1").collect()
-        version = int(history[0]["version"]) if history else None
+        if kind == "delta":
+            history = spark.sql(f"DESCRIBE HISTORY {table.full_name} LIMIT 1").collect()
+            version = int(history[0]["version"]) if history else None
     batch = last_committed_batch(table.checkpoint, table.env)
     pending = pending_bytes = None
     backlog = table.spec.backlog_path(table)
@@ -38,5 +47,15 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
                    if not f.path.rsplit("/", 1)[-1].startswith((".", "_"))
                    ] if store.exists(backlog) else []
         pending, pending_bytes = len(waiting), sum(f.size for f in waiting)
-    return TableStatus(table.full_name, exists, rows, version, batch if batch >= 0 else None,
+    return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
                        pending, pending_bytes)
+
+
+def _kind(spark: SparkSession, name: str) -> str:
+    """``view`` for a view, else the table's provider (``delta``, ``parquet``...)."""
+    found = spark.catalog.getTable(name)
+    if (found.tableType or "").upper() == "VIEW":
+        return "view"
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    provider = next((r["data_type"] for r in rows if r["col_name"] == "Provider"), None)
+    return str(provider or "table").lower()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlparse
@@ -49,8 +50,16 @@ class Storage(Protocol):
 
     def makedirs(self, path: str) -> None: ...
 
-    def upload(self, local_file: str, path: str) -> None:
-        """Copy a local file to ``path``; an existing target is an error."""
+    def upload(self, local_file: str, path: str, modified_ms: int | None = None) -> None:
+        """Copy a local file to ``path``, with the modification time ``modified_ms`` where
+        the store lets a writer set it; an existing target is an error."""
+
+    # The store's modification times are whole multiples of this (ms): 1 on a local disk,
+    # 1000 on ADLS (HTTP dates).
+    time_resolution_ms: int
+
+    def touch(self, path: str) -> None:
+        """Set the file's modification time to now, where the store allows it."""
 
 
 def local_path(path: str) -> str:
@@ -80,6 +89,8 @@ def archive_target(archive_dir: str, source_file: str) -> str:
 class LocalStorage:
     """A local (or mounted) file system."""
 
+    time_resolution_ms = 1  # what Hadoop's local file system (and so Spark) reports
+
     def exists(self, path: str) -> bool:
         return os.path.exists(local_path(path))
 
@@ -89,7 +100,7 @@ class LocalStorage:
             st = os.stat(p)
         except OSError as exc:
             raise StorageError(f"expected a file at {p}, found none: {exc}") from exc
-        return FileInfo(p, st.st_size, int(st.st_mtime * 1000))
+        return FileInfo(p, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def open(self, path: str) -> IO[bytes]:
         try:
@@ -124,7 +135,7 @@ class LocalStorage:
     def makedirs(self, path: str) -> None:
         os.makedirs(local_path(path), exist_ok=True)
 
-    def upload(self, local_file: str, path: str) -> None:
+    def upload(self, local_file: str, path: str, modified_ms: int | None = None) -> None:
         d = local_path(path)
         if os.path.exists(d):
             raise StorageError(f"expected no file at {d}, found one (uploading {local_file})")
@@ -132,9 +143,14 @@ class LocalStorage:
         try:
             os.makedirs(os.path.dirname(d), exist_ok=True)
             shutil.copyfile(local_file, staging)
+            if modified_ms is not None:  # set before it appears: a reader sees only this time
+                os.utime(staging, ns=(modified_ms * 1_000_000, modified_ms * 1_000_000))
             os.replace(staging, d)  # the file appears whole or not at all
         except OSError as exc:
             raise StorageError(f"cannot copy {local_file} to {d}: {exc}") from exc
+
+    def touch(self, path: str) -> None:
+        os.utime(local_path(path))
 
 
 def _same_device(src: str, dst: str) -> bool:
@@ -181,6 +197,60 @@ def storage_for(path: str, env: Environment | None = None) -> Storage:
 
 
 RETENTION = re.compile(r"^\s*(?P<n>\d+)\s*(?P<unit>d|days?|h|hours?|m|minutes?)\s*$")
+
+
+def land(storage: Storage, files: Sequence[str], folder: str, *, keep_times: bool = False,
+         on_landed: Callable[[str, FileInfo], None] | None = None) -> list[FileInfo]:
+    """Upload local ``files`` into ``folder`` in the order given, each with a modification
+    time later than the one before it and than every file already in ``folder``: Spark's file
+    source reads files in the order of their times, so the feed is read in delivery order.
+
+    Times are set by the framework where the store allows it (a local disk: one millisecond
+    apart at least). A store that sets them itself (ADLS, in whole seconds) gets each file
+    in a later second than the one before: the upload waits for the next second, and a file
+    whose time still ties is written again (flushed) a second later. ``keep_times`` gives each
+    file its own local modification time instead (local stores only): the feed is then read
+    in the order of those times. ``on_landed`` is called with each file as it lands."""
+    if keep_times and storage.time_resolution_ms != 1:
+        raise StorageError(f"expected a store whose files' times can be set for --keep-times, "
+                           f"found {folder}, whose store sets them itself (when written)")
+    resolution = storage.time_resolution_ms
+    newest = max((f.modified_ms for f in storage.list_files(folder)), default=0) \
+        if storage.exists(folder) else 0
+    landed = []
+    for local_file in files:
+        target = f"{folder.rstrip('/')}/{os.path.basename(local_file)}"
+        if keep_times:
+            storage.upload(local_file, target, int(os.stat(local_file).st_mtime * 1000))
+        elif resolution == 1:
+            storage.upload(local_file, target, max(int(time.time() * 1000), newest + 1))
+        else:
+            _wait_past(newest, resolution)
+            storage.upload(local_file, target)
+        info = storage.stat(target)
+        for _ in range(5):
+            if keep_times or info.modified_ms // resolution > newest // resolution:
+                break
+            _wait_past(newest, resolution)  # the store's clock is behind this machine's
+            storage.touch(target)
+            info = storage.stat(target)
+        else:
+            raise StorageError(f"expected {target} to get a modification time after "
+                               f"{newest} ms (the file landed before it), found "
+                               f"{info.modified_ms} ms after five tries")
+        newest = max(newest, info.modified_ms)
+        landed.append(info)
+        if on_landed is not None:
+            on_landed(local_file, info)
+    return landed
+
+
+def _wait_past(ms: int, resolution: int) -> None:
+    """Sleep until this machine's clock is in a later tick of ``resolution`` than ``ms``."""
+    next_tick = (ms // resolution + 1) * resolution
+    delay = next_tick / 1000 - time.time()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def parse_retention(text: str) -> int:

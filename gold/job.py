@@ -22,21 +22,24 @@ A mart is a catalog view of the fact joined to its dimensions (see :mod:`gold.sp
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, ClassVar, cast
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import DateType, NullType, StructField, StructType, TimestampType
 
 from framework.config.model import Layer, Table
 from framework.delta import create_table
 from framework.errors import ConfigError
+from framework.eventtime import describe_seconds, interval_seconds
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
-from gold.spec import GoldTableSpec, OutputMode, WindowType
+from gold.spec import GoldTableSpec, Kind, OutputMode, WindowType
 
 DEFAULT_COMMENTS = {
     "window_start": "Start of the event-time window (inclusive)",
@@ -45,12 +48,19 @@ DEFAULT_COMMENTS = {
 }
 
 
+def _instant(text: str | None) -> datetime | None:
+    """An instant of Spark's progress report (``2026-11-01T08:00:00.000Z``)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
-    """Resolves an aggregate's event time, keys and aggregates against its source's schema
-    (``framework.layers.Planner``); its own schema is not derived (a mart's view is made from
-    the tables themselves)."""
+    """An aggregate's event time, keys and aggregates resolved against its source's schema,
+    and its own schema derived; a mart's joins, filter, keys and aggregates against its fact's
+    and dimensions' (``framework.layers.Planner``). None where an input is not known."""
     spec = cast(GoldTableSpec, table.spec)
+    if spec.kind is Kind.MART:
+        return _planned_mart(spark, table, inputs)
     src = spec.source
     source = inputs.get((src.layer, src.table)) if src else None
     if src is None or source is None:
@@ -71,7 +81,93 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             problems.append(ConfigError(f"expected an aggregate over the columns of {name}, "
                                         f"found {a.expr!r}: {reason}",
                                         key=f"aggregates[{i}].expr"))
-    return None, problems
+    try:
+        if not problems:
+            return aggregate_windows(df, spec).schema, problems
+    except AnalysisException:  # an unknown type (an interval, say): known at run time
+        return None, problems
+    # Planned with what resolves; a key or aggregate that does not is a column of unknown
+    # type, so the tables downstream are still checked.
+    failed = {p.key for p in problems}
+    fields = [StructField("window_start", TimestampType()),
+              StructField("window_end", TimestampType()), StructField("window_date", DateType())]
+    fields += [df.schema[k] if f"group_by[{i}]" not in failed else StructField(k, NullType())
+               for i, k in enumerate(spec.group_by)]
+    fields += [df.groupBy().agg(F.expr(a.expr).alias(a.name)).schema[0]
+               if f"aggregates[{i}].expr" not in failed else StructField(a.name, NullType())
+               for i, a in enumerate(spec.aggregates)]
+    return StructType(fields), problems
+
+
+def _planned_mart(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                  StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The mart's query (:class:`gold.mart.MartPlan`) on empty tables of its inputs' schemas:
+    join keys and columns the tables lack, then ``where``, ``group_by`` and each aggregate
+    resolved against the joined columns."""
+    from gold.mart import MartPlan
+
+    spec = cast(GoldTableSpec, table.spec)
+    refs = [(spec.fact.layer, spec.fact.table)] if spec.fact else []
+    refs += [(d.layer, d.table) for d in spec.dimensions]
+    if not refs or any(ref not in inputs for ref in refs):
+        return None, []
+    views = [f"_medallion_plan_{table.name}_{i}" for i in range(len(refs))]
+    for view, ref in zip(views, refs, strict=True):
+        spark.createDataFrame([], inputs[ref]).createOrReplaceTempView(view)
+    try:
+        listed = [[(f.name, "") for f in inputs[ref].fields] for ref in refs]
+        problems, plan = MartPlan.checked(spec, views[0], views[1:], listed[0], listed[1:])
+        if problems:
+            return None, problems
+        joined = spark.sql(plan.joined())
+        names = ", ".join(joined.columns)
+        if spec.where:
+            reason = analysis_problem(joined.where, spec.where)
+            if reason:
+                problems.append(ConfigError(f"expected a filter over the mart's columns "
+                                            f"({names}), found {spec.where!r}: {reason}",
+                                            key="where"))
+        for i, key in enumerate(spec.group_by):
+            reason = analysis_problem(lambda col: joined.select(F.col(col)), key)
+            if reason:
+                problems.append(ConfigError(f"expected a column of the mart ({names}), found "
+                                            f"{key!r}: {reason}", key=f"group_by[{i}]"))
+        for i, a in enumerate(spec.aggregates):
+            reason = analysis_problem(lambda text: joined.groupBy().agg(F.expr(text)), a.expr)
+            if reason:
+                problems.append(ConfigError(f"expected an aggregate over the mart's columns "
+                                            f"({names}), found {a.expr!r}: {reason}",
+                                            key=f"aggregates[{i}].expr"))
+        if problems:
+            return None, problems
+        return spark.sql(plan.query()).schema, problems
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
+
+
+def aggregate_windows(df: DataFrame, spec: GoldTableSpec) -> DataFrame:
+    """``df`` grouped by the spec's event-time window and keys into its aggregates, with the
+    window's start, end and date first (the aggregate's columns)."""
+    assert spec.event_time and spec.watermark and spec.window  # checked with the config
+    df = df.withWatermark(spec.event_time, spec.watermark)
+    w = spec.window
+    window: Column
+    if w.type is WindowType.SESSION:
+        window = F.session_window(spec.event_time, cast(str, w.gap))
+    elif w.type is WindowType.SLIDING:
+        window = F.window(spec.event_time, cast(str, w.duration), cast(str, w.slide))
+    else:
+        window = F.window(spec.event_time, cast(str, w.duration))
+    grouped = df.groupBy(window.alias("window"), *spec.group_by)
+    aggregated = grouped.agg(*[F.expr(a.expr).alias(a.name) for a in spec.aggregates])
+    return aggregated.select(
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        F.to_date("window.start").alias("window_date"),
+        *spec.group_by,
+        *[a.name for a in spec.aggregates],
+    )
 
 
 class AggregateJob(StreamingJob):
@@ -88,35 +184,34 @@ class AggregateJob(StreamingJob):
     def read(self) -> DataFrame:
         src = self.spec.source
         assert src is not None  # checked with the config
-        return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger)
+        return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger,
+                                      whole_commits=True)
 
     def transform(self, df: DataFrame) -> DataFrame:
-        spec = self.spec
-        assert spec.event_time and spec.watermark and spec.window  # checked with the config
-        df = df.withWatermark(spec.event_time, spec.watermark)
-        w = spec.window
-        window: Column
-        if w.type is WindowType.SESSION:
-            window = F.session_window(spec.event_time, cast(str, w.gap))
-        elif w.type is WindowType.SLIDING:
-            window = F.window(spec.event_time, cast(str, w.duration), cast(str, w.slide))
-        else:
-            window = F.window(spec.event_time, cast(str, w.duration))
-        grouped = df.groupBy(window.alias("window"), *spec.group_by)
-        aggregated = grouped.agg(*[F.expr(a.expr).alias(a.name) for a in spec.aggregates])
-        return aggregated.select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            F.to_date("window.start").alias("window_date"),
-            *spec.group_by,
-            *[a.name for a in spec.aggregates],
-        )
+        return aggregate_windows(df, self.spec)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
         self._create_table(df.schema)
         if self.spec.output_mode is OutputMode.APPEND:
             return self.delta_sink(df, self.spec.partition_by)
         return df.writeStream.outputMode("update").foreachBatch(self._merge_batch)
+
+    def on_batch(self, progress: BatchProgress) -> None:
+        """Warn about a batch whose event time spans more than the watermark's delay (from
+        Spark's event-time statistics of the batch's rows): a window it both fills and
+        finalises counts rows that, read in a later batch, would have been late."""
+        low, high = _instant(progress.event_time_min), _instant(progress.event_time_max)
+        assert self.spec.watermark is not None  # checked with the config
+        if low is None or high is None:
+            return
+        span = (high - low).total_seconds()
+        if span > interval_seconds(self.spec.watermark):
+            self.log.warning("gold.batch.wide_event_time", batch_id=progress.batch_id,
+                             span=describe_seconds(span), watermark=self.spec.watermark,
+                             input_rows=progress.input_rows,
+                             reason="the batch spans more event time than the watermark: "
+                                    "rows it read more than the watermark behind its newest "
+                                    "were counted because they came in the same batch")
 
     def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
         late = sum(p.rows_dropped_by_watermark for p in progress)

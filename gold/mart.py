@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 from pyspark.errors import AnalysisException
@@ -27,10 +28,12 @@ from pyspark.sql.types import StructField, StructType
 
 from framework.config.model import Layer, ProjectConfig, Table
 from framework.delta import create_table, sql_string
-from framework.errors import JobError, MedallionError
+from framework.errors import ConfigError, JobError, MedallionError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.logging import get_logger
-from gold.spec import Dimension, GoldTableSpec
+from gold.spec import GoldTableSpec, JoinType
+
+ColumnList = list[tuple[str, str]]  # (name, comment)
 
 VERSIONS = "medallion.mart.built_from"  # table property: {table: Delta version} last built
 
@@ -43,17 +46,107 @@ def layout_advice(spec: GoldTableSpec, table: Table, project: ProjectConfig) -> 
     partitions = list(getattr(fact.spec, "partition_by", []) or [])
     advice = []
     for dim in spec.dimensions:
-        if any(k in partitions for k in dim.on):
+        if any(k in partitions for k in dim.fact_keys):
             continue
         layout = f"partitioned by {', '.join(partitions)}" if partitions else "not partitioned"
         dim_name = project.env.table_name(dim.layer, dim.table)
         advice.append(
-            f"{table.full_name} joins {fact.full_name} to {dim_name} on {', '.join(dim.on)}, "
+            f"{table.full_name} joins {fact.full_name} to {dim_name} on "
+            f"{', '.join(dim.fact_keys)}, "
             f"but {fact.full_name} is {layout}: a filter on {dim.table} cannot prune the "
             f"fact's partitions (dynamic partition pruning skips partitions of the join key, "
-            f"nothing finer); partition {fact.name} by {dim.on[0]} "
+            f"nothing finer); partition {fact.name} by {dim.fact_keys[0]} "
             f"(partition_by in {fact.source_file})")
     return advice
+
+
+@dataclass(frozen=True)
+class MartPlan:
+    """A mart's query, from its spec and the columns of its fact and dimensions (name and
+    comment each): the join, then the spec's ``where`` and grouping. Used to build the mart
+    and, on empty tables, by ``medallion validate``; a problem is a :class:`ConfigError` whose
+    key is the spec's."""
+
+    spec: GoldTableSpec
+    fact: str
+    dims: tuple[str, ...]
+    columns: tuple[tuple[str, str, str], ...]  # (expression in the join, name, comment)
+
+    @classmethod
+    def of(cls, spec: GoldTableSpec, fact: str, dims: list[str], fact_columns: ColumnList,
+           dim_columns: list[ColumnList]) -> MartPlan:
+        """The plan; raises the first problem (:meth:`checked` gives all of them)."""
+        problems, plan = cls.checked(spec, fact, dims, fact_columns, dim_columns)
+        if problems:
+            raise problems[0]
+        return plan
+
+    @classmethod
+    def checked(cls, spec: GoldTableSpec, fact: str, dims: list[str], fact_columns: ColumnList,
+                dim_columns: list[ColumnList]) -> tuple[list[ConfigError], MartPlan]:
+        """The plan with what it cannot join: keys and columns the tables do not have."""
+        problems: list[ConfigError] = []
+        columns = [(f"f.{name}", name, text) for name, text in fact_columns]
+        fact_names = [name for name, _ in fact_columns]
+        taken = set(fact_names)
+        for i, (dim, name, described) in enumerate(zip(spec.dimensions, dims, dim_columns,
+                                                       strict=True)):
+            have = dict(described)
+            for fk, dk in dim.on.items():
+                if fk not in fact_names:
+                    problems.append(ConfigError(
+                        f"expected join key {fk} among the columns of {fact} "
+                        f"({', '.join(fact_names)}), found none", key=f"dimensions[{i}].on"))
+                if dk not in have:
+                    problems.append(ConfigError(
+                        f"expected join key {dk} among the columns of {name} "
+                        f"({', '.join(have)}), found none", key=f"dimensions[{i}].on"))
+            wanted = dim.columns or [c for c in have if c not in dim.dim_keys
+                                     and not c.startswith("_")]
+            for c in wanted:
+                if c not in have:
+                    problems.append(ConfigError(
+                        f"expected column {c} in {name} (columns: {', '.join(have)}), "
+                        "found none", key=f"dimensions[{i}].columns"))
+                elif c in taken:
+                    problems.append(ConfigError(
+                        f"expected dimension columns not already in the mart, found {c} in "
+                        f"{name} and in an earlier table", key=f"dimensions[{i}].columns"))
+                else:
+                    taken.add(c)
+                    columns.append((f"d{i}.{c}", c, have[c] or f"From {name}"))
+        return problems, cls(spec, fact, tuple(dims), tuple(columns))
+
+    def joined(self) -> str:
+        """The fact joined to its dimensions, with the mart's column names."""
+        select = ", ".join(f"{expr} AS {name}" for expr, name, _ in self.columns)
+        joins = []
+        for i, (dim, name) in enumerate(zip(self.spec.dimensions, self.dims, strict=True)):
+            on = " AND ".join(f"f.{fk} = d{i}.{dk}" for fk, dk in dim.on.items())
+            kind = "LEFT JOIN" if dim.how is JoinType.LEFT else "JOIN"
+            joins.append(f"{kind} {name} d{i} ON {on}")
+        return f"SELECT {select} FROM {self.fact} f {' '.join(joins)}"
+
+    def query(self) -> str:
+        """The mart: the join, filtered by ``where``, grouped by ``group_by`` into the
+        aggregates when it has any."""
+        spec = self.spec
+        if not spec.where and not spec.aggregates:
+            return self.joined()
+        where = f" WHERE {spec.where}" if spec.where else ""
+        if not spec.aggregates:
+            return f"SELECT * FROM ({self.joined()}) j{where}"
+        select = ", ".join([*spec.group_by, *(f"{a.expr} AS {a.name}" for a in spec.aggregates)])
+        group = f" GROUP BY {', '.join(spec.group_by)}" if spec.group_by else ""
+        return f"SELECT {select} FROM ({self.joined()}) j{where}{group}"
+
+    def output(self) -> list[tuple[str, str]]:
+        """The mart's columns: (name, comment)."""
+        if not self.spec.aggregates:
+            return [(name, text) for _, name, text in self.columns]
+        comments = {name: text for _, name, text in self.columns}
+        return [*((g, comments.get(g, "")) for g in self.spec.group_by),
+                *((a.name, a.comment or f"{a.expr} per group") for a in self.spec.aggregates)]
 
 
 class MartJob:
@@ -92,31 +185,20 @@ class MartJob:
         assert fact_ref is not None  # checked with the config
         fact = self._name(fact_ref.layer, fact_ref.table)
         self._require(fact)
-        columns = [(f"f.{c.name}", c.name, c.description or "")
-                   for c in self.spark.catalog.listColumns(fact)]
-        joins = []
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}."
+                       f"{self.table.schema}")
+        dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
+        for name in dims:
+            self._require(name)
+        listed = [[(c.name, c.description or "") for c in self.spark.catalog.listColumns(n)]
+                  for n in (fact, *dims)]
+        try:
+            plan = MartPlan.of(self.spec, fact, dims, listed[0], listed[1:])
+        except ConfigError as exc:
+            raise JobError(self.table.full_name, "mart", exc.detail) from exc
         threshold = _bytes(self.spark.conf.get("spark.sql.autoBroadcastJoinThreshold") or "10MB")
         counts = {"dimensions": len(self.spec.dimensions), "dimensions_too_big_to_broadcast": 0}
-        taken = {name for _, name, _ in columns}
-        for i, dim in enumerate(self.spec.dimensions):
-            name = self._name(dim.layer, dim.table)
-            self._require(name)
-            alias = f"d{i}"
-            described = {c.name: c.description or "" for c in self.spark.catalog.listColumns(name)}
-            wanted = dim.columns or [c for c in described if c not in dim.on
-                                     and not c.startswith("_")]
-            for c in wanted:
-                if c not in described:
-                    raise JobError(self.table.full_name, "mart",
-                                   f"expected column {c} in {name} (columns: "
-                                   f"{', '.join(described)}), found none")
-                if c in taken:
-                    raise JobError(self.table.full_name, "mart",
-                                   f"expected dimension columns not already in the mart, "
-                                   f"found {c} in {name} and in an earlier table")
-                taken.add(c)
-                columns.append((f"{alias}.{c}", c, described[c] or f"From {name}"))
-            joins.append(self._join(dim, name, alias))
+        for name in dims:
             size = self._size(name)
             if size > threshold >= 0:
                 counts["dimensions_too_big_to_broadcast"] += 1
@@ -125,16 +207,15 @@ class MartJob:
                                  reason="Spark adds a dynamic pruning filter only when it "
                                         "broadcasts the dimension; filters on it will not "
                                         "prune the fact")
-        select = ", ".join(f"{expr} AS {alias_name}" for expr, alias_name, _ in columns)
-        query = f"SELECT {select} FROM {fact} f {' '.join(joins)}"
+        query = plan.query()
         comment = self.spec.description or f"{fact} joined to its dimensions"
+        columns = plan.output()
         counts["columns"] = len(columns)
         if self.spec.materialize:
-            comments = {alias_name: text for _, alias_name, text in columns}
-            counts.update(self._materialize(query, fact, comment, comments))
+            counts.update(self._materialize(query, fact, comment, dict(columns)))
         else:
-            column_list = ", ".join(f"{alias_name} COMMENT {sql_string(text)}"
-                                    for _, alias_name, text in columns)
+            column_list = ", ".join(f"{name} COMMENT {sql_string(text)}"
+                                    for name, text in columns)
             self.spark.sql(f"CREATE OR REPLACE VIEW {self.table.full_name} ({column_list}) "
                            f"COMMENT {sql_string(comment)} AS {query}")
         self.log.info("gold.mart.built", mart=self.table.full_name, fact=fact,
@@ -152,12 +233,16 @@ class MartJob:
         again, with the same result."""
         spark = self.spark
         fact_detail = _detail(spark, fact)
-        partitions = list(fact_detail["partitionColumns"] or [])
         dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
         versions = {fact: _version(spark, fact, fact_detail),
                     **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
         df = spark.sql(query)
+        # Partitioned like the fact when it keeps the fact's partition columns (a mart that
+        # groups them away is rebuilt whole).
+        partitions = list(fact_detail["partitionColumns"] or [])
+        if not all(c in df.columns for c in partitions):
+            partitions = []
         schema = StructType([StructField(f.name, f.dataType, f.nullable,
                                          {"comment": comments[f.name]}) for f in df.schema])
         created = create_table(spark, mart, schema, self.table.location,
@@ -187,11 +272,6 @@ class MartJob:
                       full_rebuild=reason, partitions_rebuilt=changed)
         return {"full_rebuild": int(reason is not None),
                 "partitions_rebuilt": len(changed or [])}
-
-    def _join(self, dim: Dimension, name: str, alias: str) -> str:
-        on = " AND ".join(f"f.{k} = {alias}.{k}" for k in dim.on)
-        kind = "LEFT JOIN" if dim.how.value == "left" else "JOIN"
-        return f"{kind} {name} {alias} ON {on}"
 
     def _require(self, name: str) -> None:
         if not self.spark.catalog.tableExists(name):
@@ -228,7 +308,8 @@ def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int |
     if not built:
         return "first build"
     if not partitions:
-        return f"{fact} is not partitioned"
+        return f"the mart is not partitioned like {fact} (it is not, or the mart groups its " \
+               "partition columns away)"
     last, now = built.get(fact), versions[fact]
     if last is None or now is None:
         return f"no version of {fact} to start from"

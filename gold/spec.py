@@ -30,6 +30,12 @@ partitions (dynamic partition pruning) and the answer is never stale::
     fact: store_sales                   # gold.store_sales; or {table: ..., layer: silver}
     dimensions:
       - {table: stores, on: [store_id], columns: [region, city]}   # silver.stores
+      # keys named differently on each side: {fact column: dimension column}
+      - {table: airports, on: {dest: faa}, columns: [city]}
+    where: "region = 'west'"            # optional: a filter on the joined rows
+    group_by: [region]                  # optional, with aggregates: one row per group
+    aggregates:
+      - {name: revenue, expr: "sum(revenue)"}
     materialize: false                  # true: a Delta table, rebuilt incrementally each run
 """
 
@@ -43,6 +49,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
+from framework.eventtime import split_commits_advice
 from silver.spec import INTERVAL
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
@@ -117,12 +124,13 @@ class TableRef(Model):
 
 
 class Dimension(Model):
-    """A dimension joined to the fact on ``on`` (columns of both); ``columns`` are added to
-    the mart (default: all but the keys)."""
+    """A dimension joined to the fact on ``on``: a column both have (``store_id``), several
+    (``[store_id, day]``), or fact columns mapped to the dimension's (``{dest: faa}``);
+    ``columns`` are added to the mart (default: all but the keys and ``_`` columns)."""
 
     table: Identifier
     layer: Layer = Layer.SILVER
-    on: list[Identifier] = Field(min_length=1)
+    on: dict[Identifier, Identifier] = Field(min_length=1)
     columns: list[Identifier] = Field(default_factory=list)
     how: JoinType = JoinType.INNER
 
@@ -136,8 +144,21 @@ class Dimension(Model):
 
     @field_validator("on", mode="before")
     @classmethod
-    def _one_key(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+    def _keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {value: value}
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return {v: v for v in value}
+        return value
+
+    @property
+    def fact_keys(self) -> list[str]:
+        return list(self.on)
+
+    @property
+    def dim_keys(self) -> list[str]:
+        """The dimension's own join columns."""
+        return list(self.on.values())
 
 
 def _with_layer(value: Any, layer: Layer) -> Any:
@@ -169,6 +190,7 @@ class GoldTableSpec(TableSpec):
     # mart
     fact: TableRef | None = None
     dimensions: list[Dimension] = Field(default_factory=list)
+    where: str | None = None  # a filter on the joined rows (mart columns), before any grouping
     materialize: bool = False  # a Delta table rebuilt incrementally instead of a view
 
     @field_validator("source", mode="before")
@@ -188,8 +210,10 @@ class GoldTableSpec(TableSpec):
 
     @property
     def output_columns(self) -> list[str]:
-        """The aggregate's columns, in order."""
-        return [*WINDOW_COLUMNS, *self.group_by, *(a.name for a in self.aggregates)]
+        """The aggregate's columns, in order (a mart with aggregates: its group keys, then
+        the aggregates)."""
+        window = WINDOW_COLUMNS if self.kind is Kind.AGGREGATE else ()
+        return [*window, *self.group_by, *(a.name for a in self.aggregates)]
 
     @property
     def merge_keys(self) -> list[str]:
@@ -201,12 +225,20 @@ class GoldTableSpec(TableSpec):
         return [(r.layer, r.table) for r in refs if r is not None]
 
     def sql_texts(self) -> list[SqlText]:
-        return [SqlText(f"aggregates[{i}].expr", SqlKind.EXPRESSION, a.expr)
-                for i, a in enumerate(self.aggregates)]
+        texts = [SqlText(f"aggregates[{i}].expr", SqlKind.EXPRESSION, a.expr)
+                 for i, a in enumerate(self.aggregates)]
+        if self.where:
+            texts.append(SqlText("where", SqlKind.EXPRESSION, self.where))
+        return texts
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
         if self.kind is not Kind.MART:
-            return []
+            src = self.source
+            if src is None:
+                return []
+            return split_commits_advice(table.full_name, project.env.table_name(
+                src.layer, src.table), "aggregates event-time windows with a watermark",
+                src.max_files_per_trigger, None)
         from gold.mart import layout_advice
 
         return layout_advice(self, table, project)
@@ -226,9 +258,16 @@ class GoldTableSpec(TableSpec):
                 if getattr(self, key) is not None:
                     problem(key, f"expected no {key} on a mart (it is built from its fact), "
                             f"found {getattr(self, key)!r}")
-            if self.aggregates or self.group_by or self.partition_by:
-                problem("kind", "expected no aggregates, group_by or partition_by on a mart "
-                        "(it is laid out by its fact), found some")
+            if self.partition_by:
+                problem("partition_by", "expected no partition_by on a mart (it is laid out "
+                        f"by its fact), found {self.partition_by}")
+            if self.group_by and not self.aggregates:
+                problem("group_by", "expected aggregates with group_by on a mart (the "
+                        f"values to compute per group), found group_by {self.group_by} alone")
+            out = self.output_columns if self.aggregates else []
+            for dup in sorted({c for c in out if out.count(c) > 1}):
+                problem("aggregates", f"expected unique output column names, found {dup!r} "
+                        "twice")
             return problems
 
         for key in ("source", "event_time", "window", "watermark"):
@@ -236,9 +275,9 @@ class GoldTableSpec(TableSpec):
                 problem(key, f"expected {key} on an aggregate, found none")
         if not self.aggregates:
             problem("aggregates", "expected at least one aggregate, found none")
-        if self.fact is not None or self.dimensions or self.materialize:
-            problem("fact", "expected fact, dimensions and materialize only on kind: mart, "
-                    "found them on an aggregate")
+        if self.fact is not None or self.dimensions or self.materialize or self.where:
+            problem("fact", "expected fact, dimensions, where and materialize only on kind: "
+                    "mart, found them on an aggregate")
         if (self.window is not None and self.window.type is WindowType.SESSION
                 and self.output_mode is OutputMode.UPDATE):
             problem("output_mode", "expected output_mode append for a session window (a "

@@ -37,7 +37,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
     ArrayType,
+    DataType,
     LongType,
+    NullType,
     StringType,
     StructField,
     StructType,
@@ -47,6 +49,7 @@ from pyspark.sql.types import (
 from framework.config.model import Layer, Table
 from framework.delta import create_table, sql_string
 from framework.errors import ConfigError, JobError
+from framework.eventtime import describe_seconds, interval_seconds
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
@@ -97,8 +100,10 @@ def select_columns(df: DataFrame, spec: SilverTableSpec) -> DataFrame:
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
     """The silver table's schema from its source's (``framework.layers.Planner``): each column
-    resolved against the source, then each rule against the columns. None when the source's
-    schema is unknown or a transform may change the columns."""
+    resolved against the source, then each rule against the columns. A column that does not
+    resolve is reported and planned as a column of unknown type, so the rules and the tables
+    downstream are still checked. None when the source's schema is unknown or a transform may
+    change the columns."""
     spec = cast(SilverTableSpec, table.spec)
     source = inputs.get((spec.source.layer, spec.source.table))
     if source is None:
@@ -106,6 +111,7 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     df = spark.createDataFrame([], source)
     name = table.env.table_name(spec.source.layer, spec.source.table)
     problems = []
+    failed = []  # planned as columns of unknown type: any use of them resolves
     for i, c in enumerate(spec.columns):
         reason = analysis_problem(lambda col: df.select(_source(col)), c)
         if reason:
@@ -114,10 +120,14 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             problems.append(ConfigError(f"expected a column or expression over the columns of "
                                         f"{name}, found {text!r}: {reason}",
                                         key=f"columns[{i}].{key}"))
-    if problems or spec.transforms:
+            failed.append(StructField(c.name, NullType()))
+        elif c.type and _not_a_type(c.type):  # the parse step reports it
+            failed.append(StructField(c.name, NullType()))
+    if spec.transforms:
         return None, problems
     try:
-        out = select_columns(df, spec)
+        out = select_columns(df, spec) if not failed else spark.createDataFrame(
+            [], StructType([_planned_field(df, c, failed) for c in spec.columns]))
     except AnalysisException:  # a column from the source's hidden _metadata: known at run time
         return None, problems
     for i, e in enumerate(spec.expectations):
@@ -127,6 +137,25 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
                                         f"found {e.rule!r}: {reason}",
                                         key=f"expectations[{i}].rule"))
     return StructType([f for f in out.schema.fields if f.name != CAST_ERRORS]), problems
+
+
+def _not_a_type(text: str) -> bool:
+    try:
+        DataType.fromDDL(text)
+    except Exception:
+        return True
+    return False
+
+
+def _planned_field(df: DataFrame, column: ColumnSpec, failed: list[StructField]) -> StructField:
+    """The planned field of one column when some columns failed to resolve: theirs (of
+    unknown type) as planned in ``failed``, the others as Spark resolves them."""
+    for f in failed:
+        if f.name == column.name:
+            return f
+    base = _source(column)
+    return df.select((base.try_cast(column.type) if column.type else base)
+                     .alias(column.name)).schema.fields[0]
 
 
 class SilverJob(StreamingJob):
@@ -143,18 +172,21 @@ class SilverJob(StreamingJob):
         self.rule_totals: Counter[str] = Counter()
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
-        # Nothing to decide per batch (no rule, no cast, plain append to Delta): the query
-        # writes through Delta's streaming sink, which is exactly-once by itself, and counts its
-        # rows with an observed metric instead of a Python call per batch.
-        self.direct = (not self.spec.expectations and not self._typed
+        # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
+        # the query writes through Delta's streaming sink, which is exactly-once by itself, and
+        # counts its rows with an observed metric instead of a Python call per batch. A table
+        # with a watermark checks each batch's span of event time (see _check_span).
+        self.direct = (not self.spec.expectations and not self._typed and not self.spec.dedup
                        and self.spec.mode is WriteMode.APPEND
                        and self.spec.format is TableFormat.DELTA)
+        self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
         src = self.spec.source
         return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger,
-                                      max_bytes=src.max_bytes_per_trigger)
+                                      max_bytes=src.max_bytes_per_trigger,
+                                      whole_commits=self.spec.dedup is not None)
 
     def transform(self, df: DataFrame) -> DataFrame:
         df = self._columns(df)
@@ -266,10 +298,16 @@ class SilverJob(StreamingJob):
                                 .alias(f"rule:cast:{c.name}"))
         good_cols = [c for c in batch.columns if c != CAST_ERRORS]
 
+        if self.spec.dedup:
+            assert self.spec.event_time is not None  # checked with the config
+            aggs += [F.min(self.spec.event_time).alias("_min_event_time"),
+                     F.max(self.spec.event_time).alias("_max_event_time")]
+
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
-        # the batch is cached so its (stateful) computation runs once for all writes.
+        # the batch is cached so its (stateful) computation runs once for all writes (and for
+        # the span check of a table with a watermark).
         cached = self._quarantines or batch_id in self.replayable or \
-            self.spec.mode is WriteMode.UPSERT
+            self.spec.mode is WriteMode.UPSERT or self.spec.dedup is not None
         if cached:
             df = df.persist()
         try:
@@ -277,6 +315,7 @@ class SilverJob(StreamingJob):
                 row = df.agg(*aggs).first()  # a 'fail' rule raises here, before any write
                 assert row is not None
                 metrics = row.asDict()
+                self._check_span(df, metrics, log)
                 self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id)
                 if metrics["quarantined"]:
                     data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
@@ -305,6 +344,25 @@ class SilverJob(StreamingJob):
         event("silver.batch.committed", records=metrics["records"], rows_written=written,
               dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
               broken_rules=rule_counts)
+
+    def _check_span(self, batch: DataFrame, metrics: dict[str, Any], log: Any) -> None:
+        """Warn about a batch whose event time spans more than the watermark's delay, with
+        the rows more than the delay behind its newest one: this batch keeps them, but had
+        they been read in a later batch the watermark this one sets would have dropped them
+        (as it drops any row of a split upstream commit still to come)."""
+        low, high = metrics.pop("_min_event_time", None), metrics.pop("_max_event_time", None)
+        if low is None or high is None or (high - low).total_seconds() <= self.delay_s:
+            return
+        assert self.spec.event_time is not None and self.spec.dedup is not None
+        behind = F.col(self.spec.event_time) <= \
+            F.lit(high) - F.expr(f"INTERVAL {self.delay_s} SECONDS")
+        at_risk = batch.where(behind).count()
+        self.totals.update(rows_at_risk=at_risk)
+        log.warning("silver.batch.wide_event_time", span=describe_seconds(
+            (high - low).total_seconds()), delay=self.spec.dedup.delay, rows_at_risk=at_risk,
+            reason="the batch spans more event time than the watermark's delay: its rows "
+                   "more than the delay behind its newest were kept because they came in "
+                   "the same batch; read in a later batch they would have been late")
 
     def _write_good(self, df: DataFrame, batch_id: int) -> None:
         if self.spec.format is TableFormat.PARQUET:
@@ -355,6 +413,7 @@ class SilverJob(StreamingJob):
             "dropped_rows": self.totals["dropped"],
             "quarantined_rows": self.totals["quarantined"],
             "state_rows": progress[-1].state_rows if progress else 0,
+            **({"rows_at_risk": self.totals["rows_at_risk"]} if self.spec.dedup else {}),
             **{f"rule:{k}": v for k, v in sorted(self.rule_totals.items())},
         }
         self.log.info("silver.run.counted", **counts)

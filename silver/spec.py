@@ -34,9 +34,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
+from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
+from framework.eventtime import split_commits_advice
 
 INTERVAL = re.compile(
     r"^\s*\d+\s+(second|minute|hour|day|week)s?(\s+\d+\s+(second|minute|hour|day|week)s?)*\s*$",
@@ -165,6 +166,14 @@ class SilverTableSpec(TableSpec):
         texts += [SqlText(f"expectations[{i}].rule", SqlKind.EXPRESSION, e.rule)
                   for i, e in enumerate(self.expectations)]
         return texts
+
+    def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        if self.dedup is None:
+            return []
+        src = self.source
+        return split_commits_advice(table.full_name, project.env.table_name(src.layer,
+                                    src.table), "deduplicates with a watermark",
+                                    src.max_files_per_trigger, src.max_bytes_per_trigger)
 
     def check(self, table: Table) -> list[ConfigError]:
         problems: list[ConfigError] = []

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from framework.cli import main
 from framework.config.model import AzureStorage, Environment, Runtime
 from framework.errors import StorageAccessError, StorageError
 from framework.logging import LogFormat, configure_logging, get_logger
-from framework.storage import LocalStorage, Storage, archive_target, purge_older_than
+from framework.storage import LocalStorage, Storage, archive_target, land, purge_older_than
 from tests.dfs_server import DataLake, serve
 from tests.support import Lakehouse, bronze_spec
 
@@ -206,6 +207,7 @@ def test_init_land_and_purge_archive_manage_the_lake_on_adls(
         assert dl.files(FS)["dev/landing/orders/orders-0001.json"] == export.read_bytes()
         assert not any(".uploading" in p for p in dl.files(FS))
         assert main(["land", "orders", str(export), *args]) == 1  # never overwritten
+        assert main(["land", "orders", str(export), "--keep-times", *args]) == 2
 
         dl.put_file(FS, "dev/archive/orders/dev/landing/orders/a.json", b"1",
                     datetime.now(UTC) - timedelta(days=31))
@@ -307,3 +309,57 @@ def test_an_unreachable_endpoint_is_a_storage_error_without_the_sas_token(
         store.stat(f"{ROOT}/landing/orders/a.json")
     assert f"cannot stat {ROOT}/landing/orders/a.json" in str(err.value)
     assert CANARY not in str(err.value) and CANARY not in repr(store)
+
+
+# ---------------------------------------------------------------------- landing in order
+def _exports(folder: Path, count: int) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):  # named against their order: the order given must win
+        path = folder / f"z{count - i:03d}.json"
+        path.write_text(f'{{"order_id": "o{i}"}}\n')
+        paths.append(str(path))
+    return paths
+
+
+def test_land_gives_each_file_a_later_time_than_the_one_before_on_a_local_disk(
+    tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "earlier.json").write_text("{}\n")
+    os.utime(landing / "earlier.json", (time.time() + 5, time.time() + 5))  # ahead of now
+    exports = _exports(tmp_path / "export", 40)
+    landed = land(LocalStorage(), exports, str(landing))
+    times = [os.stat(landing / os.path.basename(p)).st_mtime_ns // 1_000_000 for p in exports]
+    assert [f.modified_ms for f in landed] == times
+    assert all(b > a for a, b in pairwise(times))  # strictly, a millisecond apart at least
+    assert times[0] > os.stat(landing / "earlier.json").st_mtime_ns // 1_000_000
+
+    # --keep-times: each file keeps its own time, so the source's order is theirs
+    kept = tmp_path / "kept"
+    for i, path in enumerate(exports):
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    land(LocalStorage(), exports, str(kept), keep_times=True)
+    assert [os.stat(kept / os.path.basename(p)).st_mtime for p in exports] == [
+        1_700_000_000 + i for i in range(40)]
+
+
+def test_land_gives_each_file_a_later_second_on_adls(
+    adls: tuple[DataLake, AdlsStorage], tmp_path: Path
+) -> None:
+    lake, store = adls
+    landing = f"{ROOT}/landing/orders"
+    lake.put_file(FS, "dev/landing/orders/earlier.json", b"{}\n", datetime.now(UTC))
+    exports = _exports(tmp_path / "export", 3)
+    started = time.monotonic()
+    landed = land(store, exports, landing)
+    seconds = [f.modified_ms // 1000 for f in landed]
+    # HTTP dates are whole seconds: each file lands in a later second than the one before
+    assert len(set(seconds)) == 3 and seconds == sorted(seconds)
+    assert seconds[0] > store.stat(f"{landing}/earlier.json").modified_ms // 1000
+    assert time.monotonic() - started >= 2  # the price: about a second a file
+    listed = {f.path.rsplit("/", 1)[-1]: f.modified_ms for f in store.list_files(landing)}
+    assert sorted(listed, key=lambda n: listed[n])[1:] == [os.path.basename(p) for p in exports]
+    with pytest.raises(StorageError, match="--keep-times"):
+        land(store, exports, f"{ROOT}/landing/other", keep_times=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -438,3 +439,21 @@ def test_file_names_hash_on_the_driver_as_spark_hashes_them(spark: SparkSession)
     expected = spark.createDataFrame([(n, spark_xxhash64(n)) for n in names],
                                      "name STRING, hash BIGINT")
     assert_df_equality(got, expected, ignore_nullable=True)
+
+
+def test_a_late_file_keeping_an_old_modification_time_is_still_ingested(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    # Spark's file source skips, without a word, a new file more than maxFileAge (7 days by
+    # default) older than the newest file it has seen; a late delivery copied with its own
+    # time (cp -p, land --keep-times) must still be read.
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=1, per_file=5)
+    assert run_bronze(spark, lakehouse).rows_out == 5
+    late = write_json_lines(landing / "exported-last-month.json", [order(100 + i)
+                                                                   for i in range(3)])
+    month_ago = time.time() - 30 * 86_400
+    os.utime(late, (month_ago, month_ago))
+    assert run_bronze(spark, lakehouse).rows_out == 3
+    assert spark.table(lakehouse.project().table("orders").full_name).count() == 8

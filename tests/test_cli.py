@@ -14,7 +14,13 @@ from pyspark.sql import SparkSession
 from bronze.job import BronzeJob
 from framework.cli import main
 from framework.job import RunContext, RunStatus, TriggerPolicy
-from tests.support import Lakehouse, bronze_spec, files_under, write_order_files
+from tests.support import (
+    Lakehouse,
+    bronze_spec,
+    files_under,
+    write_json_lines,
+    write_order_files,
+)
 
 
 def _args(lakehouse: Lakehouse, *args: str) -> list[str]:
@@ -89,7 +95,7 @@ def test_status_reports_rows_batches_and_backlog(
     cells = [c.strip() for c in row.split("|")]
     # rows, version, last batch, pending files and their bytes
     pending = sum(p.stat().st_size for p in lakehouse.path("landing", "orders").glob("*.json"))
-    assert cells[1:] == ["True", "8", cells[3], "1", "3", str(pending)]
+    assert cells[1:] == ["delta", "8", cells[3], "1", "3", str(pending)]
 
 
 def test_sql_prints_a_table(
@@ -113,3 +119,123 @@ def test_land_uploads_whole_files_into_the_landing_folder_and_never_overwrites(
     assert main(_args(lakehouse, "land", "orders", str(export), "--log-format", "json")) == 1
     assert "expected no file" in capsys.readouterr().err
     assert main(_args(lakehouse, "land", "orders", str(tmp_path / "missing.json"))) == 2
+
+
+# ---------------------------------------------------------------------- a lake from scratch
+SALES_SCHEMA = "order_id STRING, store_id STRING, amount INT, event_time TIMESTAMP"
+
+
+def _sales_lake(lakehouse: Lakehouse) -> None:
+    """Orders and stores in bronze and silver, a broken feed (no landing folder) with a
+    silver table over it, and a gold mart over silver that sorts before everything else."""
+    for name, schema in (("orders", SALES_SCHEMA), ("stores", "store_id STRING, region STRING"),
+                         ("broken", SALES_SCHEMA)):
+        lakehouse.add_table("bronze", name, {"source": {
+            "path": f"landing/{name}", "format": "json", "schema": schema}})
+        lakehouse.add_table("silver", name, {"source": name})
+    lakehouse.add_table("gold", "a_sales_by_region", {
+        "kind": "mart", "fact": {"table": "orders", "layer": "silver"},
+        "dimensions": [{"table": "stores", "on": "store_id"}]})
+    landing = lakehouse.path("landing")
+    write_json_lines(landing / "orders" / "o.json", [
+        {"order_id": f"o{i}", "store_id": f"s{i % 3}", "amount": i,
+         "event_time": "2026-11-01T10:00:00Z"} for i in range(9)])
+    write_json_lines(landing / "stores" / "s.json", [
+        {"store_id": f"s{i}", "region": "west" if i else "east"} for i in range(3)])
+
+
+def test_run_all_on_a_fresh_lake_makes_its_schemas_and_skips_only_what_reads_a_failure(
+    spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    _sales_lake(lakehouse)
+    summary_path = tmp_path / "summary.json"
+    code = main(_args(lakehouse, "run", "all", "--summary", str(summary_path),
+                      "--log-format", "json"))
+    assert code == 1  # one feed failed
+    tables = {t["table"].rsplit(".", 1)[-1] + "@" + t["layer"]: t
+              for t in json.loads(summary_path.read_text())["tables"]}
+    status = {name: t["status"] for name, t in tables.items()}
+    assert status == {"orders@bronze": "succeeded", "stores@bronze": "succeeded",
+                      "broken@bronze": "failed", "orders@silver": "succeeded",
+                      "stores@silver": "succeeded", "broken@silver": "skipped",
+                      "a_sales_by_region@gold": "succeeded"}
+    assert "medallion init" in tables["broken@bronze"]["error"]
+    assert tables["broken@silver"]["error"] == (
+        f"it reads spark_catalog.{lakehouse.schemas['bronze']}.broken, which failed")
+    out = capsys.readouterr().out
+    assert "broken skipped: it reads" in out  # the printed summary says why
+    mart = f"{lakehouse.schemas['gold']}.a_sales_by_region"
+    assert spark.table(mart).count() == 9
+
+
+def test_status_works_on_an_empty_lake_missing_tables_and_views(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _sales_lake(lakehouse)
+    assert main(_args(lakehouse, "status", "--log-format", "json")) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines()[2:-1]]
+    assert {r[1].strip() for r in rows} == {"missing"} and len(rows) == 7
+    assert main(_args(lakehouse, "run", "all", "--log-format", "json")) == 1
+    capsys.readouterr()
+    assert main(_args(lakehouse, "status", "--log-format", "json")) == 0
+    kinds = {r[0].strip().rsplit(".", 1)[-1] + "@" + r[0].split(".")[1].split("_")[0]:
+             (r[1].strip(), r[2].strip())
+             for r in (line.split("|") for line in capsys.readouterr().out.splitlines()[2:-1])}
+    assert kinds["a_sales_by_region@gold"] == ("view", "9")
+    assert kinds["orders@silver"] == ("delta", "9")
+    assert kinds["broken@bronze"] == ("delta", "0")  # made before its read failed
+    assert kinds["broken@silver"] == ("missing", "NULL")
+
+
+# ---------------------------------------------------------------------- user errors
+def test_user_errors_print_one_line_and_exit_2(
+    lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    cases = [
+        (["sql", "SELEC 1"], "Spark cannot run the query: [PARSE_SYNTAX_ERROR]"),
+        (["sql", "SELECT * FROM nowhere.nothing"], "[TABLE_OR_VIEW_NOT_FOUND]"),
+        (["run", "bronze", "--table", "nope"], "expected one configured table named 'nope'"),
+        (["optimize", "orders"], "to exist, found none"),
+    ]
+    for args, message in cases:
+        assert main(_args(lakehouse, *args, "--log-format", "console")) == 2, args
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+        assert "Traceback" not in captured.err and "at org.apache" not in captured.err
+    # JSON logs: the one line is an event; --log-level debug adds the stack
+    assert main(_args(lakehouse, "sql", "SELEC 1", "--log-format", "json")) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert json.loads(line)["event"] == "command.failed"
+    assert main(_args(lakehouse, "sql", "SELEC 1", "--log-format", "console",
+                      "--log-level", "debug")) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_missing_landing_folder_fails_the_run_until_init_makes_it(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(path="landing/ordres"))  # a typo
+    assert main(_args(lakehouse, "validate", "--no-spark")) == 0
+    out = capsys.readouterr().out
+    assert "warning:" in out and "landing/ordres does not exist" in out
+    assert main(_args(lakehouse, "run", "bronze", "--log-format", "json")) == 1
+    out = capsys.readouterr().out
+    assert "expected the landing folder" in out and "medallion init" in out
+    assert not lakehouse.path("landing", "ordres").exists()  # not made by the run
+    assert main(_args(lakehouse, "init")) == 0
+    assert main(_args(lakehouse, "run", "bronze", "--log-format", "json")) == 0
+
+
+def test_land_keep_times_keeps_each_files_own_time_on_a_local_disk(
+    lakehouse: Lakehouse, tmp_path: Path
+) -> None:
+    # (ADLS sets times itself: there it is refused, see test_adls)
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    export = tmp_path / "a.json"
+    export.write_text("{}\n")
+    assert main(_args(lakehouse, "land", "orders", str(export), "--keep-times")) == 0
+    assert lakehouse.path("landing", "orders", "a.json").stat().st_mtime_ns // 10**6 == \
+        export.stat().st_mtime_ns // 10**6  # to the millisecond, as Spark reads it

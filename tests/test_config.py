@@ -282,3 +282,41 @@ def test_validate_resolves_columns_against_the_schemas_the_tables_will_have(
     assert "[UNRESOLVED_COLUMN" in lines["silver/orders.yaml:expectations[1].rule"]
     assert f"columns of {silver}, found 'sum(quantity)'" in \
         lines["gold/totals.yaml:aggregates[2].expr"]
+
+
+def test_validate_reports_every_problem_of_every_table_in_one_pass(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A misspelt silver column no longer hides the rule after it, the gold aggregate over the
+    # table, or the mart over that aggregate: a column that does not resolve is planned as one
+    # of unknown type, so what uses it by name is not reported twice.
+    lakehouse.add_table("bronze", "orders", {
+        "source": {**ORDERS["source"],
+                   "schema": "order_id STRING, quantity INT, event_time TIMESTAMP, "
+                             "store_id STRING"}})
+    lakehouse.add_table("bronze", "stores", {
+        "source": {**ORDERS["source"], "path": "landing/stores",
+                   "schema": "store_id STRING, region STRING"}})
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("silver", "orders", {
+        "source": "orders",
+        "columns": [{"name": "order_id"}, {"name": "qty", "from": "quantiy"},
+                    {"name": "event_time"}, {"name": "store_id"}],
+        "expectations": [{"name": "positive", "rule": "qty > 0"},
+                         {"name": "typo", "rule": "oder_id IS NOT NULL"}]})
+    lakehouse.add_table("gold", "totals", {**hourly_totals(items="sum(qty)",
+                                                           lines="count(ordr_id)"),
+                                           "group_by": ["store_id"]})
+    lakehouse.add_table("gold", "regional", {
+        "kind": "mart", "fact": "totals",
+        "dimensions": [{"table": "stores", "on": {"store_id": "store_id"}}],
+        "where": "regoin = 'north'", "group_by": ["region"],
+        "aggregates": [{"name": "items", "expr": "sum(items)"}]})
+    assert main(["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]) == 2
+    err = capsys.readouterr().err
+    keys = sorted(line.split("/tables/")[1].split(": expected")[0]
+                  for line in err.splitlines() if line.startswith("  - "))
+    assert keys == ["gold/regional.yaml:where", "gold/totals.yaml:aggregates[1].expr",
+                    "silver/orders.yaml:columns[1].from",
+                    "silver/orders.yaml:expectations[1].rule"], err
+    assert "4 configuration problem(s)" in err

@@ -283,8 +283,11 @@ def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(
     assert "cannot prune" in out and "partitioned by window_date" in out
     assert "partition store_sales by store_id" in out
 
+    # (reading whole commits of silver, without the tests' one-file-a-batch limit, with the
+    # feeds' landing folder made)
     lakehouse.add_table("gold", "store_sales", aggregate_spec(
-        WINDOWS["tumbling"][0], partition_by=["store_id"]))
+        WINDOWS["tumbling"][0], partition_by=["store_id"], source="orders"))
+    lakehouse.path("landing", "orders").mkdir(parents=True)
     code, out = CliRun(["validate", "--no-spark"], lakehouse.cli_env()).finish()
     assert code == 0 and "warning:" not in out, out
 
@@ -302,3 +305,64 @@ def test_gold_config_errors_say_what_was_expected(lakehouse: Lakehouse) -> None:
     assert "expected output_mode append for a session window" in text
     assert "expected columns among the output columns" in text and "found day" in text
     assert "expected duration, slide for a sliding window, found duration" in text
+
+
+@pytest.mark.parametrize("materialize", [False, True], ids=["view", "materialized"])
+def test_a_mart_filters_groups_and_joins_keys_named_differently(
+    spark: SparkSession, lakehouse: Lakehouse, materialize: bool
+) -> None:
+    # Flights per west-coast destination: the fact's `dest` is the airports' `faa`.
+    lakehouse.add_table("bronze", "flights", bronze_spec())
+    lakehouse.add_table("silver", "flights", {"source": "flights"})
+    lakehouse.add_table("bronze", "airports", bronze_spec())
+    lakehouse.add_table("silver", "airports", {"source": "airports"})
+    lakehouse.add_table("gold", "west_coast_arrivals", {
+        "kind": "mart", "fact": {"table": "flights", "layer": "silver"},
+        "dimensions": [{"table": "airports", "on": {"dest": "faa"}, "columns": ["tz", "city"]}],
+        "where": "tz = 'America/Los_Angeles'", "group_by": ["dest", "city"],
+        "aggregates": [{"name": "flights", "expr": "count(*)", "comment": "Arrivals"},
+                       {"name": "delay", "expr": "avg(arr_delay)"}],
+        "materialize": materialize})
+    project = lakehouse.project()
+    flights = [(f"f{i}", dest, i % 7) for i, dest in enumerate(
+        ["SFO", "SFO", "LAX", "SEA", "JFK", "LAX", "SFO", "ORD", "SEA", "LAX"])]
+    airports = [("SFO", "San Francisco", "America/Los_Angeles"),
+                ("LAX", "Los Angeles", "America/Los_Angeles"),
+                ("SEA", "Seattle", "America/Los_Angeles"), ("JFK", "New York", "America/New_York"),
+                ("ORD", "Chicago", "America/Chicago")]
+    for name, rows, schema in (("flights", flights, "id STRING, dest STRING, arr_delay INT"),
+                               ("airports", airports, "faa STRING, city STRING, tz STRING")):
+        table = project.table(name, Layer.SILVER)
+        write_delta_commits(spark, table.location, [rows], schema)
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {table.env.catalog}.{table.schema}")
+        spark.sql(f"CREATE TABLE {table.full_name} USING DELTA LOCATION '{table.location}'")
+
+    summary = run_gold(spark, lakehouse, "west_coast_arrivals")
+
+    mart = project.table("west_coast_arrivals", Layer.GOLD).full_name
+    want = spark.createDataFrame([("SFO", "San Francisco", 3, 7 / 3),
+                                  ("LAX", "Los Angeles", 3, 3.0), ("SEA", "Seattle", 2, 2.0)],
+                                 "dest STRING, city STRING, flights BIGINT, delay DOUBLE")
+    assert_df_equality(spark.table(mart), want, ignore_row_order=True, ignore_nullable=True,
+                       ignore_metadata=True)
+    assert summary.counts["columns"] == 4
+    comments = {c.name: c.description for c in spark.catalog.listColumns(mart)}
+    assert comments["flights"] == "Arrivals" and comments["delay"] == "avg(arr_delay) per group"
+
+
+def test_a_batch_spanning_more_than_the_watermark_is_warned_about(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    from structlog.testing import capture_logs
+
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        WINDOWS["tumbling"][0], source="orders"))  # whole commits: one batch for the four
+    commits, _ = sales_commits()
+    write_delta_commits(spark, silver_location(lakehouse, "orders"), commits, SALES)
+    with capture_logs() as events:
+        summary = run_gold(spark, lakehouse, "store_sales")
+    wide = [e for e in events if e["event"] == "gold.batch.wide_event_time"]
+    assert summary.batches >= 1 and len(wide) == 1
+    assert wide[0]["batch_id"] == 0 and wide[0]["input_rows"] == sum(map(len, commits))
+    assert wide[0]["span"] == "1 hour 36 minutes" and wide[0]["watermark"] == "10 minutes"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -254,3 +255,28 @@ class ProjectConfig:
 
     def of_layer(self, layer: Layer) -> tuple[Table, ...]:
         return tuple(t for t in self.tables if t.layer == layer)
+
+    def in_flow_order(self, tables: Iterable[Table]) -> list[Table]:
+        """``tables`` in the order data flows: by layer, and within a layer after the tables
+        they read (a gold mart after its fact)."""
+        order = list(Layer)
+        return sorted(tables, key=lambda t: (order.index(t.layer), self._depth(t), t.name))
+
+    def fed_by(self, tables: Iterable[Table]) -> list[Table]:
+        """``tables`` and every table that reads one of them, directly or through others, in
+        flow order."""
+        reached = {(t.layer, t.name) for t in tables}
+        fed = []
+        for table in self.in_flow_order(self.tables):
+            if (table.layer, table.name) in reached or \
+                    any(up in reached for up in table.spec.upstream()):
+                reached.add((table.layer, table.name))
+                fed.append(table)
+        return fed
+
+    def _depth(self, table: Table, seen: frozenset[str] = frozenset()) -> int:
+        """How many tables of its own layer ``table`` reads through, one after another."""
+        same = [name for layer, name in table.spec.upstream()
+                if layer == table.layer and name not in seen]
+        return max((1 + self._depth(self.table(name, table.layer), seen | {table.name})
+                    for name in same), default=0)
