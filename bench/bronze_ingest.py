@@ -1,25 +1,29 @@
-"""Bronze ingest throughput: the framework against a minimal hand-written query.
+"""Bronze ingest throughput: the framework against hand-written queries, side by side.
 
-Both read the same JSON Lines files (default: 1,000,000 records in 200 files) with the same
+All sides read the same JSON Lines files (default: 1,000,000 records in 200 files) with the same
 schema into Delta with an availableNow trigger, in one Spark session, after a warm-up of each,
-alternated (framework first in even rounds, second in odd ones). Each side keeps its table and
-checkpoint from round to round, as a feed does from run to run, and every round lands a new
-copy of the files (new names) for both. The framework's run
-is the whole bronze job: parsing with a corrupt-record column, the rescued column, ingestion
-metadata, the quarantine split, the file ledger and archiving the files.
+alternated (the order of the sides turns each round). Each side keeps its table and checkpoint
+from round to round, as a feed does from run to run, and every round lands a new copy of the
+files (new names) for each. The sides:
+
+- ``framework``: the whole bronze job (strict reads, the corrupt-record path, the rescued column,
+  the ingestion columns, the quarantine split, the file ledger, archiving the files);
+- ``framework, no rescue``: the same with ``rescued_column: null``;
+- ``same work``: a hand-written query doing the same work per record: lines read as text, parsed
+  with ``from_json`` and a corrupt-record column, the rescued-keys column, the five ingestion
+  columns (source file, its time and size, ingestion time, batch id), appended exactly once
+  (``foreachBatch`` with Delta's ``txnAppId``/``txnVersion``);
+- ``bare``: ``readStream.json`` with the schema into Delta's streaming sink.
 
     python bench/bronze_ingest.py [--records 1000000] [--files 200] [--rounds 3]
-                                  [--max-files-per-trigger N] [--no-rescue]
+                                  [--max-files-per-trigger N] [--growth]
 
-With ``--max-files-per-trigger`` both sides read that many files per micro-batch (the default
-is Spark's: all of them in one), which measures the cost each batch carries, as in continuous
-ingestion with a short trigger interval. ``--no-rescue`` runs the framework without the rescued
-column (``rescued_column: null``), which spares it a second parse of every line.
-
-Each round also shows where the framework's time went (the job's own step timings: the batch
-write, the ledger, archiving, and the rest: Spark listing the files, planning, offsets). The
-last line printed is one JSON object with the figures and "ratio" (framework / hand-written
-rows per second).
+It prints ``ratio_same_work`` (framework / same work, rows per second), ``ratio_bare``
+(framework / bare) and ``ratio_no_rescue`` (framework without the rescued column / bare);
+``ratio`` is ``ratio_same_work``. With ``--growth`` it also runs the framework alone on ten
+times the records in ten times the files, and prints ``growth``: its seconds at 10x over its
+seconds at 1x (medians). Each round shows where the framework's time went (the job's step
+timings: the batch write, the ledger, archiving, and the rest: listing, planning, offsets).
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
 from bench.common import BenchLakehouse
 from bronze.job import BronzeJob
+from bronze.reading import rescued_keys
 from framework.config.loader import load_project
 from framework.job import RunContext, RunStatus
 
@@ -79,8 +88,9 @@ def copy_landing(source: Path, target: Path, tag: str) -> None:
         shutil.copyfile(p, target / f"{tag}-{p.name}")
 
 
-def run_handwritten(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
-                    max_files_per_trigger: int | None = None) -> float:
+def run_bare(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
+             max_files_per_trigger: int | None = None) -> float:
+    """``readStream.json`` with the schema into Delta's streaming sink."""
     started = time.perf_counter()
     reader = spark.readStream.format("json").schema(SCHEMA)
     if max_files_per_trigger:
@@ -92,6 +102,44 @@ def run_handwritten(spark, landing: Path, out: Path,  # type: ignore[no-untyped-
         .trigger(availableNow=True)
         .start(str(out / "table"))
     )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
+                  max_files_per_trigger: int | None = None) -> float:
+    """The framework's work per record, by hand: text, from_json with a corrupt-record
+    column, the rescued keys, the ingestion columns, an exactly-once Delta append."""
+    schema = StructType.fromDDL(SCHEMA)
+    with_corrupt = StructType([*schema.fields, StructField("_corrupt_record", StringType())])
+    started = time.perf_counter()
+    reader = spark.readStream.format("text")
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    raw = reader.load(str(landing)).where(F.trim("value") != "")
+    parsed = raw.select(F.from_json("value", with_corrupt, {
+        "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}).alias("r"),
+        "value", "_metadata")
+    records = parsed.select(
+        *[F.col(f"r.{f.name}").alias(f.name) for f in schema.fields],
+        rescued_keys(schema).alias("_rescued_data"),  # the framework's own expression
+        F.when(F.col("r").isNull(), F.col("value")).otherwise(
+            F.col("r._corrupt_record")).alias("_corrupt_record"),
+        F.col("_metadata.file_path").alias("_source_file"),
+        F.col("_metadata.file_modification_time").alias("_file_modification_time"),
+        F.col("_metadata.file_size").alias("_file_size"))
+    table = str(out / "table")
+
+    def append(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        (batch.where(F.col("_corrupt_record").isNull()).drop("_corrupt_record")
+         .withColumn("_ingested_at", F.current_timestamp())
+         .withColumn("_batch_id", F.lit(batch_id).cast("long"))
+         .write.format("delta").mode("append")
+         .option("txnAppId", "same-work").option("txnVersion", batch_id).save(table))
+
+    query = (records.writeStream.foreachBatch(append)
+             .option("checkpointLocation", str(out / "_checkpoint"))
+             .trigger(availableNow=True).start())
     query.awaitTermination()
     return time.perf_counter() - started
 
@@ -118,9 +166,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-files-per-trigger", type=int, default=None,
-                        help="files per micro-batch, on both sides (default: all in one)")
-    parser.add_argument("--no-rescue", action="store_true",
-                        help="the framework without the rescued column")
+                        help="files per micro-batch, on every side (default: all in one)")
+    parser.add_argument("--growth", action="store_true",
+                        help="also time the framework on 10x the records in 10x the files")
     parser.add_argument("--data", default=".bench/bronze_ingest", help="cached input files")
     args = parser.parse_args()
 
@@ -128,51 +176,61 @@ def main() -> None:
     generate(data, args.records, args.files)
     lake = BenchLakehouse("bronze")
     work, conf, spark = lake.work, lake.conf, lake.spark
-    source = {"path": "landing/orders", "format": "json", "schema": SCHEMA,
-              "clean_source": "archive"}
-    if args.max_files_per_trigger:
-        source["max_files_per_trigger"] = args.max_files_per_trigger
-    spec: dict[str, object] = {"source": source}
-    if args.no_rescue:
-        spec["rescued_column"] = None
-    lake.write("tables/bronze/orders.yaml", spec)
+    for name, rescued in (("orders", "_rescued_data"), ("orders_no_rescue", None)):
+        source = {"path": f"landing/{name}", "format": "json", "schema": SCHEMA,
+                  "clean_source": "archive"}
+        if args.max_files_per_trigger:
+            source["max_files_per_trigger"] = args.max_files_per_trigger
+        lake.write(f"tables/bronze/{name}.yaml", {"source": source, "rescued_column": rescued})
+    landing = work / "lakehouse" / "landing"
+    steps: dict[str, list[dict[str, float]]] = {"orders": [], "orders_no_rescue": []}
 
-    def framework_round(tag: str) -> tuple[float, dict[str, int], dict[str, float]]:
-        copy_landing(data, work / "lakehouse" / "landing" / "orders", tag)
-        return run_framework(spark, conf, "orders")
+    def framework(name: str) -> Callable[[str], float]:
+        def run(tag: str) -> float:
+            copy_landing(data, landing / name, tag)
+            elapsed, counts, taken = run_framework(spark, conf, name)
+            if counts.get("rows_out") != args.records:
+                raise SystemExit(f"expected {args.records} bronze rows, found {counts}")
+            steps[name].append(taken)
+            return elapsed
+        return run
 
-    def handwritten_round(tag: str) -> float:
-        copy_landing(data, work / "hand" / "landing", tag)
-        return run_handwritten(spark, work / "hand" / "landing", work / "hand",
-                               args.max_files_per_trigger)
+    def by_hand(name: str, query: Callable[..., float]) -> Callable[[str], float]:
+        def run(tag: str) -> float:
+            copy_landing(data, work / name / "landing", tag)
+            return query(spark, work / name / "landing", work / name,
+                         args.max_files_per_trigger)
+        return run
 
+    sides = {"framework": framework("orders"),
+             "framework, no rescue": framework("orders_no_rescue"),
+             "same work": by_hand("same_work", run_same_work),
+             "bare": by_hand("bare", run_bare)}
     print(f"input: {args.records} records in {args.files} files ({data})", flush=True)
-    framework_round("warmup")
-    handwritten_round("warmup")
-    fw_times: list[float] = []
-    hw_times: list[float] = []
-    fw_steps: list[dict[str, float]] = []
-    counts: dict[str, int] = {}
+    for run in sides.values():
+        run("warmup")
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
     for r in range(args.rounds):
-        # Alternated: framework first in even rounds, second in odd ones.
-        order = ("fw", "hw") if r % 2 == 0 else ("hw", "fw")
-        for who in order:
-            if who == "fw":
-                elapsed, counts, steps = framework_round(f"r{r}")
-                fw_times.append(elapsed)
-                fw_steps.append(steps)
-            else:
-                hw_times.append(handwritten_round(f"r{r}"))
-        print(f"round {r} ({' then '.join(order)}): "
-              f"framework {args.records / fw_times[-1]:,.0f} rows/s "
-              f"({fw_times[-1]:.1f}s: "
-              f"{', '.join(f'{k} {v:.1f}' for k, v in fw_steps[-1].items())}), "
-              f"hand-written {args.records / hw_times[-1]:,.0f} rows/s "
-              f"({hw_times[-1]:.1f}s)", flush=True)
-    if counts.get("rows_out") != args.records:
-        raise SystemExit(f"expected {args.records} bronze rows, found {counts}")
-    fw = args.records / statistics.median(fw_times)
-    hw = args.records / statistics.median(hw_times)
+        order = names[r % len(names):] + names[:r % len(names)]  # each side first in turn
+        for name in order:
+            seconds[name].append(sides[name](f"r{r}"))
+        print(f"round {r}: " + ", ".join(f"{n} {seconds[n][-1]:.1f}s" for n in order)
+              + "".join(f" ({side}: {', '.join(f'{k} {v:.1f}' for k, v in steps[t][-1].items())})"
+                        for side, t in (("framework", "orders"),
+                                        ("no rescue", "orders_no_rescue"))),
+              flush=True)
+    median = {name: statistics.median(s) for name, s in seconds.items()}
+    rate = {name: args.records / s for name, s in median.items()}
+    figures: dict[str, object] = {
+        "ratio_same_work": round(rate["framework"] / rate["same work"], 3),
+        "ratio_bare": round(rate["framework"] / rate["bare"], 3),
+        "ratio_no_rescue": round(rate["framework, no rescue"] / rate["bare"], 3),
+    }
+    if args.growth:
+        figures.update(growth(spark, conf, lake, data, args, median["framework"]))
+    for name in names:
+        print(f"{name:22s} {median[name]:6.2f}s {rate[name]:>10,.0f} rows/s")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
@@ -180,16 +238,35 @@ def main() -> None:
         "records": args.records,
         "files": args.files,
         "max_files_per_trigger": args.max_files_per_trigger,
-        "rescued_column": not args.no_rescue,
         "rounds": args.rounds,
         "cores": os.cpu_count(),
-        "framework_rows_per_s": round(fw),
-        "handwritten_rows_per_s": round(hw),
-        "framework_seconds": [round(t, 2) for t in fw_times],
-        "handwritten_seconds": [round(t, 2) for t in hw_times],
-        "framework_steps_seconds": fw_steps,
-        "ratio": round(fw / hw, 3),
+        "seconds": {name: [round(t, 2) for t in s] for name, s in seconds.items()},
+        "rows_per_s": {name: round(r) for name, r in rate.items()},
+        "framework_steps_seconds": steps["orders"],
+        "no_rescue_steps_seconds": steps["orders_no_rescue"],
+        **figures,
+        "ratio": figures["ratio_same_work"],
     }))
+
+
+def growth(spark, conf: Path, lake: BenchLakehouse, data: Path,  # type: ignore[no-untyped-def]
+           args: argparse.Namespace, one: float) -> dict[str, object]:
+    """The framework on ten times the records in ten times the files: seconds, and their
+    ratio to the seconds at the base size (medians of the same number of rounds)."""
+    big = Path(args.data).resolve() / "input-10x"
+    generate(big, args.records * 10, args.files * 10)
+    lake.write("tables/bronze/orders_10x.yaml", {"source": {
+        "path": "landing/orders_10x", "format": "json", "schema": SCHEMA}})
+    times = []
+    for r in range(max(1, args.rounds)):
+        copy_landing(big, lake.work / "lakehouse" / "landing" / "orders_10x", f"g{r}")
+        elapsed, counts, _ = run_framework(spark, conf, "orders_10x")
+        if counts.get("rows_out") != args.records * 10:
+            raise SystemExit(f"expected {args.records * 10} bronze rows, found {counts}")
+        times.append(elapsed)
+        print(f"growth round {r}: {elapsed:.1f}s for {args.records * 10} records", flush=True)
+    ten = statistics.median(times)
+    return {"seconds_10x": [round(t, 2) for t in times], "growth": round(ten / one, 3)}
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from bench.bronze_ingest import SCHEMA, generate
 from bench.common import BenchLakehouse
-from bronze.job import BRONZE_PROPERTIES, CORRUPT, READERS, BronzeJob
+from bronze.batch import BRONZE_PROPERTIES, split_batch
+from bronze.job import BronzeJob
+from bronze.reading import CORRUPT, read_records
 from framework.job import RunContext
 
 
@@ -71,8 +73,7 @@ def main() -> None:
         """What each bronze batch adds to the parsed records: the job's ingestion columns,
         its counts of records read and quarantined (in all and per file), and its quarantine
         split."""
-        split = job.split_batch(job.transform(df), next(batch_ids), broken=(),
-                                files=args.files)
+        split = split_batch(job.transform(df), job.table.name, next(batch_ids), args.files)
         append(split.good, target, BRONZE_PROPERTIES)
         if split.observation.get["records"] != args.records:
             raise SystemExit(f"expected {args.records} records, found {split.observation.get}")
@@ -99,8 +100,7 @@ def main() -> None:
     def bronze_reader(table: str) -> Callable[[], None]:
         def run() -> None:
             job = BronzeJob(spark, project.table(table), RunContext())
-            reader = READERS[job.spec.source.format]
-            bronze_batch(job, reader(job, spark.read, schema), table)  # type: ignore[arg-type]
+            bronze_batch(job, read_records(job.spec, spark.read, files, schema), table)
         return run
 
     ways: dict[str, Callable[[], None]] = {

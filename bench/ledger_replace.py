@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BenchLakehouse
-from bronze.job import LEDGER_SCHEMA, FileStatus
+from bronze.ledger import LEDGER_SCHEMA, FileStatus
 from framework.delta import append, create_table, literal_rows, replace_rows
 from framework.session import local_cores
 

@@ -1,40 +1,47 @@
-"""What a query's checkpoint says about progress."""
+"""What a query's checkpoint says about progress.
+
+Every function reads (or writes) through the :class:`~framework.storage.Storage` it is given:
+a job passes its session's Hadoop file system, so checkpoints on HDFS or ADLS read as local
+ones do; without one, the store is chosen by the path's scheme.
+
+Spark's checkpoint files are read here for two reasons, each measured against the public
+alternative: the last committed and planned batch ids (``commits/``, ``offsets/``: the names of
+the files, nothing in them) decide which batches a restart may replay, which no API says before
+the query starts; and :func:`batch_source_files` names the files of a file stream source's
+micro-batch, which the batch's DataFrame does not expose to ``foreachBatch`` (its
+``inputFiles()`` is empty there: the plan is an RDD of the batch's rows).
+"""
 
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from framework.storage import storage_for
-
-if TYPE_CHECKING:
-    from framework.config.model import Environment
+from framework.storage import Storage, storage_for
 
 # The suffix of a reconciled mark that settled failed files only (see mark_reconciled).
 FAILED_ONLY = ".failed"
 
 
-def last_committed_batch(checkpoint: str, env: Environment | None = None) -> int:
+def last_committed_batch(checkpoint: str, storage: Storage | None = None) -> int:
     """The highest batch id in the checkpoint's commit log, or -1 when none committed.
 
     A batch id is in ``commits/`` only once its sink write succeeded; batches are committed in
     order, so every id up to this one is committed too.
     """
-    return _last_logged(checkpoint.rstrip("/") + "/commits", env)
+    return _last_logged(checkpoint.rstrip("/") + "/commits", storage)
 
 
-def last_planned_batch(checkpoint: str, env: Environment | None = None) -> int:
+def last_planned_batch(checkpoint: str, storage: Storage | None = None) -> int:
     """The highest batch id in the checkpoint's offset log, or -1 when none was planned.
 
     A batch is planned (its offsets written) before it runs. A planned batch that is not
     committed ran, wholly or in part, before the query stopped: the next start runs it again.
     """
-    return _last_logged(checkpoint.rstrip("/") + "/offsets", env)
+    return _last_logged(checkpoint.rstrip("/") + "/offsets", storage)
 
 
-def last_reconciled_batch(checkpoint: str, env: Environment | None = None, *,
+def last_reconciled_batch(checkpoint: str, storage: Storage | None = None, *,
                           failed_only: bool = False) -> int:
     """The batch up to which the job settled every file after its query (see
     :func:`mark_reconciled`), or -1 when it never recorded one. With ``failed_only`` a mark
@@ -43,10 +50,10 @@ def last_reconciled_batch(checkpoint: str, env: Environment | None = None, *,
         mark = _mark(name)
         return mark[0] if mark and (failed_only or not mark[1]) else None
 
-    return _last_logged(_reconciled(checkpoint), env, counted)
+    return _last_logged(_reconciled(checkpoint), storage, counted)
 
 
-def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = None, *,
+def mark_reconciled(checkpoint: str, batch_id: int, storage: Storage | None = None, *,
                     failed_only: bool = False) -> None:
     """Record that every file of the batches up to ``batch_id`` is settled: an empty file
     ``reconciled/<batch_id>`` next to Spark's own logs, the earlier marks removed. Written
@@ -57,11 +64,10 @@ def mark_reconciled(checkpoint: str, batch_id: int, env: Environment | None = No
     files in landing). That mark is ``<batch_id>.failed`` and does not count for a run that
     archives or deletes ingested files, which then finds them in the ledger."""
     folder = _reconciled(checkpoint)
-    store = storage_for(folder, env)
+    store = storage or storage_for(folder)
     target = f"{folder}/{batch_id}{FAILED_ONLY if failed_only else ''}"
     if not store.exists(target):
-        with tempfile.NamedTemporaryFile() as empty:
-            store.upload(empty.name, target)
+        store.write_bytes(target, b"")
     for f in list(store.list_files(folder)):
         mark = _mark(f.path.rsplit("/", 1)[-1])
         if mark and mark[0] < batch_id:
@@ -82,11 +88,11 @@ def _reconciled(checkpoint: str) -> str:
     return checkpoint.rstrip("/") + "/reconciled"
 
 
-def _last_logged(folder: str, env: Environment | None,
+def _last_logged(folder: str, storage: Storage | None,
                  batch_of: Callable[[str], int | None] = _batch_id) -> int:
     """The highest batch among the files of ``folder`` (``batch_of`` a file's name, None for a
     file that does not count), or -1 when there is none."""
-    store = storage_for(folder, env)
+    store = storage or storage_for(folder)
     if not store.exists(folder):
         return -1
     ids = [b for f in store.list_files(folder)
@@ -95,7 +101,7 @@ def _last_logged(folder: str, env: Environment | None,
 
 
 def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
-                       env: Environment | None = None) -> dict[str, int]:
+                       storage: Storage | None = None) -> dict[str, int]:
     """The files a file stream source put into ``batch_id``: path -> modification time (ms).
 
     The batch covers the source's log entries after the previous batch's offset up to its own
@@ -107,11 +113,11 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
     ``spark.sql.streaming.fileSource.log.compactInterval`` entries the log is compacted into
     ``<id>.compact``, which holds all entries up to that one.
     """
-    end = _source_offset(checkpoint, batch_id, source, env)
-    start = _source_offset(checkpoint, batch_id - 1, source, env) if batch_id > 0 else -1
+    end = _source_offset(checkpoint, batch_id, source, storage)
+    start = _source_offset(checkpoint, batch_id - 1, source, storage) if batch_id > 0 else -1
     wanted = range(start + 1, end + 1)
     folder = f"{checkpoint.rstrip('/')}/sources/{source}"
-    store = storage_for(folder, env)
+    store = storage or storage_for(folder)
     candidates = [f"{folder}/{i}" for i in wanted if store.exists(f"{folder}/{i}")]
     if len(candidates) < len(wanted) and store.exists(folder):
         compacts = sorted(
@@ -134,10 +140,10 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
 
 
 def _source_offset(checkpoint: str, batch_id: int, source: int,
-                   env: Environment | None) -> int:
+                   storage: Storage | None) -> int:
     """A file source's log offset at the end of ``batch_id``, from the offset log: after the
     version line and the batch's metadata, one line per source (``{"logOffset": N}``)."""
     path = f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
-    with storage_for(path, env).open(path) as fh:
+    with (storage or storage_for(path)).open(path) as fh:
         lines = fh.read().decode("utf-8").splitlines()
     return int(json.loads(lines[2 + source])["logOffset"])

@@ -141,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("purge-archive", parents=[common],
                        help="delete archived landing files past their retention",
-                       description="Delete the archived files of bronze feeds whose last "
-                       "modification (the time they landed) is older than the retention.")
+                       description="Delete the archived files of bronze feeds archived longer "
+                       "ago than the retention (from the archive's manifests; a file archived "
+                       "before manifests were kept is aged from its modification time).")
     p.add_argument("--older-than", required=True, metavar="AGE",
                    help="retention: 30d, 12h or 90m")
     p.add_argument("--table", action="append", default=[], metavar="T",
@@ -432,7 +433,7 @@ def cmd_land(args: argparse.Namespace) -> int:
         print(f"expected files to upload, found none at: {', '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
     store = storage_for(landing, project.env)
-    if args.keep_times and store.time_resolution_ms != 1:
+    if args.keep_times and store.resolution_ms(landing) != 1:
         raise UsageError(f"expected a store whose files' times can be set for --keep-times, "
                          f"found {landing}, whose store sets them itself when a file is "
                          "written; land without --keep-times (each file then gets a later "
@@ -451,8 +452,9 @@ def cmd_land(args: argparse.Namespace) -> int:
 def cmd_purge_archive(args: argparse.Namespace) -> int:
     import time
 
+    from bronze.reconcile import purge_archive
     from bronze.spec import CleanSource
-    from framework.storage import parse_retention, purge_older_than, storage_for
+    from framework.storage import parse_retention, storage_for
 
     project = _project(args)
     retention = parse_retention(args.older_than)
@@ -465,8 +467,8 @@ def cmd_purge_archive(args: argparse.Namespace) -> int:
         if spec.source.clean_source is not CleanSource.ARCHIVE:
             continue
         archive = spec.archive_dir(table)
-        purged = purge_older_than(storage_for(archive, project.env), archive, retention, now,
-                                  dry_run=args.dry_run)
+        purged = purge_archive(storage_for(archive, project.env), archive, retention, now,
+                               dry_run=args.dry_run)
         size = sum(f.size for f in purged)
         get_logger(env=project.env.name, table=table.full_name).info(
             "archive.purged", archive=archive, files=len(purged), bytes=size,

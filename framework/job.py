@@ -38,6 +38,7 @@ from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
+from framework.storage import storage_for
 from framework.text import render_table
 
 T = TypeVar("T")
@@ -196,6 +197,9 @@ class StreamingJob(ABC):
             env=table.env.name, layer=self.layer.value, table=table.full_name, run_id=ctx.run_id
         )
         self.listener = ProgressListener.install(spark)
+        # The job's own file operations (checkpoint logs, landing files): through the
+        # session's Hadoop file system, whatever the lake's scheme, with Spark's credentials.
+        self.files = storage_for(table.env.root, table.env, spark)
         # Why a micro-batch failed, in words, when the job knows better than the stack trace
         # Spark wraps around it (a broken expectation, say).
         self.batch_error: str | None = None
@@ -252,9 +256,8 @@ class StreamingJob(ABC):
         batches a restart may replay."""
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}.{self.table.schema}")
         checkpoint = self.table.checkpoint
-        env = self.table.env
-        self.replayable = range(last_committed_batch(checkpoint, env) + 1,
-                                last_planned_batch(checkpoint, env) + 1)
+        self.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
+                                last_planned_batch(checkpoint, self.files) + 1)
 
     @abstractmethod
     def read(self) -> DataFrame:

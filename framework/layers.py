@@ -47,7 +47,7 @@ Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructT
 
 REGISTRY: dict[Layer, LayerEntry] = {
     Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob",
-                             plan="bronze.job:planned_schema"),
+                             plan="bronze.batch:planned_schema"),
     Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob",
                              plan="silver.job:planned_schema"),
     Layer.GOLD: LayerEntry(spec="gold.spec:GoldTableSpec", job="gold.job:AggregateJob",

@@ -73,7 +73,7 @@ def storage_conf(env: Environment) -> dict[str, str]:
     spark-submit); on Databricks the cluster owns them and nothing is set."""
     if env.storage is None or not env.root.startswith(("abfss://", "abfs://")):
         return {}
-    from framework.adls import hadoop_settings
+    from framework.storage.adls import hadoop_settings
 
     return hadoop_settings(env.storage)
 

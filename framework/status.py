@@ -38,7 +38,8 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
         if kind == "delta":
             history = spark.sql(f"DESCRIBE HISTORY {table.full_name} LIMIT 1").collect()
             version = int(history[0]["version"]) if history else None
-    batch = last_committed_batch(table.checkpoint, table.env)
+    batch = last_committed_batch(table.checkpoint, storage_for(table.checkpoint, table.env,
+                                                               spark))
     pending = pending_bytes = None
     backlog = table.spec.backlog_path(table)
     if backlog is not None:

@@ -133,6 +133,11 @@ def files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
+def archived_files(folder: Path) -> list[Path]:
+    """The landing files under an archive folder, without its manifests (``_manifests/``)."""
+    return [p for p in files_under(folder) if "_manifests" not in p.parts]
+
+
 class CliRun:
     """A `medallion` subprocess whose JSON log events can be waited for."""
 

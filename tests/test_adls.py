@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import logging
 import os
 import time
@@ -20,13 +21,14 @@ import pytest
 import yaml
 
 from bronze.job import FileStatus, settle_file
+from bronze.reconcile import purge_archive
 from bronze.spec import CleanSource
-from framework.adls import AbfsPath, AdlsStorage, credential_for, hadoop_settings
 from framework.cli import main
 from framework.config.model import AzureStorage, Environment, Runtime
 from framework.errors import StorageAccessError, StorageError
 from framework.logging import LogFormat, configure_logging, get_logger
-from framework.storage import LocalStorage, Storage, archive_target, land, purge_older_than
+from framework.storage import LocalStorage, Storage, archive_target, land
+from framework.storage.adls import AbfsPath, AdlsStorage, credential_for, hadoop_settings
 from tests.dfs_server import DataLake, serve
 from tests.support import Lakehouse, bronze_spec
 
@@ -173,12 +175,23 @@ def test_reconciliation_and_purge_give_the_same_results_on_local_disk_and_adls(
     assert settle_all() == first  # repeated (an interrupted reconcile): nothing moves twice
     assert not any(p.startswith("/landing/") for p in lake.listing())
 
-    purged = purge_older_than(lake.store, archive, 30 * 86_400_000, int(time.time() * 1000))
+    # Ages from the archive's manifests: old.json landed 40 days ago but was archived now;
+    # new.json's manifest says it was archived 40 days ago; early.json is in no manifest (an
+    # archive from before manifests), so its modification time decides.
+    day = 86_400_000
+    now_ms = int(time.time() * 1000)
+    for at, name in ((now_ms - 40 * day, "new.json"), (now_ms, "old.json")):
+        target = archive_target(archive, f"{landing}/{name}")
+        lake.store.write_bytes(f"{archive}/_manifests/{at}.json", json.dumps(
+            {"archived_at_ms": at, "files": [target]}).encode())
+    purged = purge_archive(lake.store, archive, 30 * day, now_ms)
     assert sorted(str(lake.relative(f.path)) for f in purged) == [
         "/archive/orders<root>/landing/orders/early.json",
-        "/archive/orders<root>/landing/orders/old.json"]
-    assert lake.listing() == {"/archive/orders<root>/landing/orders/new.json",
-                              "/_quarantine/orders<root>/landing/orders/broken.json.gz"}
+        "/archive/orders<root>/landing/orders/new.json"]
+    assert {p for p in lake.listing() if "_manifests" not in p} == {
+        "/archive/orders<root>/landing/orders/old.json",
+        "/_quarantine/orders<root>/landing/orders/broken.json.gz"}
+    assert len([p for p in lake.listing() if "_manifests" in p]) == 1  # the spent one went
 
 
 # ---------------------------------------------------------------------- commands and secrets

@@ -4,6 +4,7 @@ code 1 and an event, continuous mode keeps picking up files until stopped, statu
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from framework.cli import main
 from framework.job import RunContext, RunStatus, TriggerPolicy
 from tests.support import (
     Lakehouse,
+    archived_files,
     bronze_spec,
     files_under,
     write_json_lines,
@@ -239,3 +241,33 @@ def test_land_keep_times_keeps_each_files_own_time_on_a_local_disk(
     assert main(_args(lakehouse, "land", "orders", str(export), "--keep-times")) == 0
     assert lakehouse.path("landing", "orders", "a.json").stat().st_mtime_ns // 10**6 == \
         export.stat().st_mtime_ns // 10**6  # to the millisecond, as Spark reads it
+
+
+def test_purge_archive_ages_files_from_when_they_were_archived(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A backlog that landed 40 days ago and is ingested today must not be purged by a 30-day
+    # retention tomorrow: its age is from its archive manifest, not its landing time.
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=2, per_file=2)
+    landed = time.time() - 40 * 86_400
+    for p in landing.iterdir():
+        os.utime(p, (landed, landed))
+    assert main(_args(lakehouse, "run", "bronze", "--log-format", "json")) == 0
+    archive = lakehouse.path("archive", "orders")
+    archived = archived_files(archive)
+    assert len(archived) == 2 and all(p.stat().st_mtime < landed + 1 for p in archived)
+    assert main(_args(lakehouse, "purge-archive", "--older-than", "30d")) == 0
+    assert archived_files(archive) == archived
+
+    # 31 days later (the manifest says so): the files go, and their manifest
+    (manifest,) = (archive / "_manifests").glob("*.json")
+    listed = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**listed, "archived_at_ms": int(
+        (time.time() - 31 * 86_400) * 1000)}))
+    capsys.readouterr()
+    assert main(_args(lakehouse, "purge-archive", "--older-than", "30d", "--dry-run")) == 0
+    assert "| 2 " in capsys.readouterr().out and len(files_under(archive)) == 3
+    assert main(_args(lakehouse, "purge-archive", "--older-than", "30d")) == 0
+    assert files_under(archive) == []

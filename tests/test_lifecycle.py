@@ -13,7 +13,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from framework.checkpoint import last_committed_batch
-from tests.support import CliRun, Lakehouse, bronze_spec, files_under, write_order_files
+from tests.support import (
+    CliRun,
+    Lakehouse,
+    archived_files,
+    bronze_spec,
+    files_under,
+    write_order_files,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -89,4 +96,4 @@ def test_a_killed_driver_loses_nothing_and_duplicates_nothing(
     assert ledger.count() == 8 == ledger.select("path").distinct().count()
     assert ledger.where(F.col("status") != "archived").count() == 0
     assert files_under(landing) == []
-    assert len(files_under(lakehouse.path("archive", "orders"))) == 8
+    assert len(archived_files(lakehouse.path("archive", "orders"))) == 8

@@ -20,7 +20,7 @@ from typing import IO, Any, TypeVar
 
 from framework.config.model import AzureAuthMethod, AzureStorage, Environment, Runtime
 from framework.errors import StorageAccessError, StorageError
-from framework.storage import FileInfo, uploading_name
+from framework.storage.base import FileInfo, uploading_name
 
 T = TypeVar("T")
 
@@ -170,8 +170,9 @@ def hadoop_settings(settings: AzureStorage) -> dict[str, str]:
 class AdlsStorage:
     """The lake's file operations on one ADLS Gen2 account."""
 
-    # Last-Modified is an HTTP date: whole seconds, set by the service when a file is written.
-    time_resolution_ms = 1000
+    def resolution_ms(self, path: str) -> int:
+        """Last-Modified is an HTTP date: whole seconds, set by the service when written."""
+        return 1000
 
     def __init__(self, settings: AzureStorage, env: Environment | None = None,
                  credential: Credential | None = None) -> None:
@@ -219,6 +220,12 @@ class AdlsStorage:
             self.makedirs(d.url(d.parent))
         file = self.client.get_file_client(s.filesystem, s.path)
         self._call("move", src, lambda: file.rename_file(f"{d.filesystem}/{d.path}"))
+
+    def try_move(self, src: str, dst: str) -> bool:
+        if self.exists(dst) or not self.exists(src):
+            return False
+        self.move(src, dst)
+        return True
 
     def delete(self, path: str) -> None:
         from azure.core.exceptions import ResourceNotFoundError
@@ -288,6 +295,13 @@ class AdlsStorage:
         with open(local_file, "rb") as fh:
             self._call("upload", path, lambda: file.upload_data(fh, overwrite=True))
         self.move(staging, path)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        p = self._parse(path)
+        if p.parent:
+            self.makedirs(p.url(p.parent))
+        file = self.client.get_file_client(p.filesystem, p.path)
+        self._call("write", path, lambda: file.upload_data(data, overwrite=True))
 
     def touch(self, path: str) -> None:
         """Flush the file again at its length: its data is unchanged, its Last-Modified now."""

@@ -1,0 +1,123 @@
+"""One micro-batch of a feed as bronze writes it: its rows stamped with the ingestion columns,
+split into bronze rows and quarantine rows, counted in the pass that writes them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from bronze.reading import CORRUPT
+from bronze.spec import BronzeTableSpec
+from framework.config.model import Layer, Table
+from framework.delta import CHANGE_FEED
+from framework.errors import ConfigError
+from framework.sqlcheck import parse_schema
+
+SOURCE_FILE = "_source_file"
+FILE_MTIME = "_file_modification_time"
+FILE_SIZE = "_file_size"
+INGESTED_AT = "_ingested_at"
+BATCH_ID = "_batch_id"
+RAW = "_raw"
+REASON = "_reason"
+MALFORMED = "malformed record: does not parse against the schema"
+
+METADATA_FIELDS = [
+    StructField(SOURCE_FILE, StringType()),
+    StructField(FILE_MTIME, TimestampType()),
+    StructField(FILE_SIZE, LongType()),
+    StructField(INGESTED_AT, TimestampType()),
+    StructField(BATCH_ID, LongType()),
+]
+QUARANTINE_SCHEMA = StructType(
+    [StructField(RAW, StringType()), StructField(REASON, StringType()), *METADATA_FIELDS]
+)
+
+# Statistics only on the ingestion columns: bronze is read by streams and by batch id, and
+# collecting min/max of every data column costs a share of the write. The change data feed lets
+# each batch's rows be read back from its own commit (see BronzeJob._batch_rows).
+BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}",
+                     CHANGE_FEED: "true"}
+
+
+def bronze_schema(spec: BronzeTableSpec, records: StructType) -> StructType:
+    """The bronze table's columns: the records', the rescued column, the ingestion columns."""
+    rescued = [StructField(spec.rescued_column, StringType())] if spec.rescued_column else []
+    return StructType([*records.fields, *rescued, *METADATA_FIELDS])
+
+
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The bronze table's schema from its spec alone (``framework.layers.Planner``)."""
+    spec = cast(BronzeTableSpec, table.spec)
+    if not spec.source.schema_:
+        return None, []
+    try:
+        records = parse_schema(spec.source.schema_)
+    except ValueError:  # reported by the parse of the spec's SQL
+        return None, []
+    return bronze_schema(spec, records), []
+
+def with_file_columns(df: DataFrame) -> DataFrame:
+    """The records with their source file's path, modification time and size (from Spark's
+    hidden ``_metadata``) in place of ``_metadata``."""
+    meta = F.col("_metadata")
+    return df.select(
+        *[c for c in df.columns if c != "_metadata"],
+        meta.file_path.alias(SOURCE_FILE),
+        meta.file_modification_time.alias(FILE_MTIME),
+        meta.file_size.alias(FILE_SIZE),
+    )
+
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """One micro-batch, ready to write (see :func:`split_batch`)."""
+
+    stamped: DataFrame  # every record, with its ingestion time and batch id
+    to_quarantine: Column  # true for a malformed record
+    good: DataFrame  # the bronze rows; writing them fills ``observation``
+    # Records read and records to quarantine, in all and per source file (bronze.ledger)
+    observation: Observation
+
+    def count(self) -> dict[str, int]:
+        """The observation's figures, counted without writing (for a replayed batch whose
+        append committed before the restart: it is not written again)."""
+        row = self.stamped.agg(*_counts(self.to_quarantine)).first()
+        assert row is not None  # an aggregate without grouping returns one row
+        return row.asDict()
+
+    def quarantine_rows(self) -> DataFrame:
+        """The malformed records, with their raw text and the reason."""
+        df = self.stamped
+        meta = {f.name for f in QUARANTINE_SCHEMA}
+        data_cols = [c for c in df.columns if c not in meta and c != CORRUPT]
+        raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*data_cols)))
+        return df.where(self.to_quarantine).select(
+            raw.alias(RAW), F.lit(MALFORMED).alias(REASON),
+            *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
+        )
+
+
+def split_batch(batch: DataFrame, name: str, batch_id: int) -> BatchSplit:
+    """The batch (with its file columns) stamped with its ingestion time and id, and its
+    bronze rows (those not malformed); the records read and those to quarantine are counted
+    as the rows are written."""
+    stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
+        BATCH_ID, F.lit(batch_id).cast("long")
+    )
+    to_quarantine = F.col(CORRUPT).isNotNull()
+    observation = Observation(f"bronze_{name}_{batch_id}")
+    observed = stamped.observe(observation, *_counts(to_quarantine))
+    good = observed.where(~to_quarantine).drop(CORRUPT)
+    return BatchSplit(stamped, to_quarantine, good, observation)
+
+
+def _counts(to_quarantine: Column) -> list[Column]:
+    return [F.count(F.lit(1)).alias("records"),
+            F.count_if(to_quarantine).alias("quarantined")]

@@ -1,0 +1,199 @@
+"""Which files of a micro-batch cannot be ingested whole, and why.
+
+A file is ingested whole or not at all (DESIGN: "a file is ingested whole or quarantined
+whole"). Reads are strict (see :mod:`bronze.reading`), so a file Spark cannot read to its end
+fails the batch's write before anything commits. Then:
+
+1. :func:`failing_file` finds the file in Spark's error: a read fault is ``FAILED_READ_FILE``
+   with the file's path, text that is not UTF-8 fails with :data:`~bronze.reading.NOT_UTF8`
+   and the path;
+2. if the error names none, :func:`find_failing` reads the files again in halves, then one at
+   a time, until it has the ones that fail on their own;
+3. a file named by an error is read once more alone before it is given up: a fault of the
+   store that does not repeat (a dropped connection) does not quarantine a sound file.
+
+The batch is then written again without those files, and they go whole to the quarantine
+folder with the error in the ledger. Two checks need no read at all (:func:`unreadable`): a
+file of 0 bytes, and one gone before the batch reads it.
+
+For parquet, the rows read from each file are compared with its footer's row count
+(:func:`parquet_footer_counts`, a job that reads footers only) before the batch is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from bronze.batch import SOURCE_FILE, with_file_columns
+from bronze.reading import CORRUPT, NOT_UTF8, read_records
+from bronze.spec import BronzeTableSpec
+from framework.errors import StorageError
+from framework.storage import FileInfo, Storage, local_path
+
+READ_FAULT = "FAILED_READ_FILE"
+USER_RAISED = "USER_RAISED_EXCEPTION"
+
+
+def stat_or_none(storage: Storage, path: str) -> FileInfo | None:
+    """The file's size and time; None for a file that is gone."""
+    try:
+        return storage.stat(path)
+    except StorageError:
+        return None
+
+
+def unreadable(info: FileInfo | None) -> str | None:
+    """Why a file cannot be read, from its metadata alone; None when nothing is known."""
+    if info is None:
+        return "the file is gone: it was deleted or moved after it was listed"
+    return "empty file (0 bytes)" if info.size == 0 else None
+
+
+class FileChecks:
+    """Reads a feed's files again, to find those that cannot be read whole."""
+
+    def __init__(self, spark: SparkSession, spec: BronzeTableSpec, schema: StructType,
+                 log: Any) -> None:
+        self.spark, self.spec, self.schema, self.log = spark, spec, schema, log
+
+    def read(self, files: Sequence[str]) -> DataFrame:
+        """A batch read of ``files``, as the stream reads them (with the file columns)."""
+        return with_file_columns(read_records(self.spec, self.spark.read, files, self.schema))
+
+    def probe(self, files: Sequence[str]) -> None:
+        """Read ``files`` to the end (the format's checks included); raises when one cannot
+        be."""
+        self.read(files).write.format("noop").mode("overwrite").save()
+
+    def failing(self, error: BaseException, files: Sequence[str], batch_id: int
+                ) -> dict[str, str]:
+        """The files that made a batch's write fail, with the reason: the one the error
+        names, if it fails again alone (a fault of the store that does not repeat is not the
+        file's), else those that fail on their own (:func:`find_failing`)."""
+        short = isinstance(error, ShortRead)
+        named = (error.path, error.reason) if isinstance(error, ShortRead) \
+            else failing_file(self.spark, error)
+        if named is not None:
+            path = local_path(named[0])
+            if path in files:
+                if not short and reads_alone([path], self.probe):
+                    self.log.warning("bronze.file.read_again", batch_id=batch_id, file=path,
+                                     first_error=named[1])
+                    return {}
+                return {path: named[1]}
+        return find_failing(files, self.probe, self.spark)
+
+    def check_parquet(self, stamped: DataFrame, files: Sequence[str]) -> None:
+        """Parquet: the rows decoded from each file (every column, as the write will) must be
+        its footer's row count, checked before anything is written; raises
+        :class:`ShortRead` for a file that reads short. A pass of its own: parquet feeds are
+        read twice."""
+        footers = parquet_footer_counts(self.spark, files)
+        columns = [c for c in stamped.columns if c not in (SOURCE_FILE, CORRUPT)]
+        decoded = stamped.groupBy(SOURCE_FILE).agg(F.count(F.hash(*columns)).alias("count"))
+        read = {local_path(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
+        for path, rows in footers.items():
+            if read.get(path, 0) != rows:
+                raise ShortRead(path, f"read {read.get(path, 0)} rows, the footer says {rows}")
+
+
+class ShortRead(Exception):
+    """A parquet file read fewer rows than its footer gives (found before the write)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def failing_file(spark: SparkSession, error: BaseException) -> tuple[str, str] | None:
+    """The file Spark's ``error`` names, with the reason (the root cause's first line); None
+    when it names none."""
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    chain: list[Any] = []
+    while throwable is not None and len(chain) < 20:
+        chain.append(throwable)
+        throwable = throwable.getCause()
+    for t in chain:
+        condition = _condition(spark, t)
+        if condition.startswith(READ_FAULT):
+            path = str(t.getMessageParameters().get("path"))
+            return path, _describe(chain[-1])
+        if condition == USER_RAISED:
+            message = str(t.getMessageParameters().get("errorMessage") or "")
+            if message.startswith(NOT_UTF8):
+                return message[len(NOT_UTF8):], "not UTF-8 text (another encoding?)"
+    return None
+
+
+def find_failing(files: Sequence[str], probe: Callable[[Sequence[str]], None],
+                 spark: SparkSession) -> dict[str, str]:
+    """The files of ``files`` that fail to read on their own (``probe`` reads some files to
+    the end and raises if it cannot), with the reason: by halves, down to single files."""
+    failing: dict[str, str] = {}
+
+    def search(group: Sequence[str]) -> None:
+        try:
+            probe(group)
+        except Exception as exc:
+            if len(group) == 1:
+                named = failing_file(spark, exc)
+                failing[group[0]] = named[1] if named else _first_line(exc)
+                return
+            half = len(group) // 2
+            search(group[:half])
+            search(group[half:])
+
+    if files:
+        search(list(files))
+    return failing
+
+
+def reads_alone(files: Sequence[str], probe: Callable[[Sequence[str]], None]) -> bool:
+    """Whether ``files`` read to the end on a second try (a fault that does not repeat)."""
+    try:
+        probe(files)
+    except Exception:
+        return False
+    return True
+
+
+def parquet_footer_counts(spark: SparkSession, files: Sequence[str]) -> dict[str, int]:
+    """Rows per file (by local path) as the files' footers give them: a job that reads the
+    footers and no column data."""
+    if not files:
+        return {}
+    rows = (spark.read.format("parquet").load(list(files))
+            .groupBy(F.col("_metadata.file_path").alias("file")).count().collect())
+    return {local_path(r["file"]): int(r["count"]) for r in rows}
+
+
+def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
+    """Rows of ``df`` per source file (by local path)."""
+    return {local_path(r[column]): int(r["count"])
+            for r in df.groupBy(column).count().collect()}
+
+
+def _condition(spark: SparkSession, throwable: Any) -> str:
+    """The error condition of a Spark error (``FAILED_READ_FILE.NO_HINT``); "" for another."""
+    from py4j.protocol import Py4JError
+
+    try:
+        return str(throwable.getCondition() or "")
+    except Py4JError:  # not a SparkThrowable
+        return ""
+
+
+def _describe(throwable: Any) -> str:
+    name = str(throwable.getClass().getName()).rsplit(".", 1)[-1]
+    message = str(throwable.getMessage() or "").strip().splitlines()
+    return f"{name}: {message[0]}" if message else name
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__

@@ -1,0 +1,131 @@
+"""Reading a feed's files: one reader per format, for Spark's file stream source (a micro-batch)
+and for a batch read of named files (a micro-batch read again without a file that failed).
+
+Every read is strict: Spark's ``ignoreCorruptFiles`` is never set, so a file Spark cannot read
+to its end (a truncated gzip or bzip2 stream, a corrupt parquet row group, a file deleted or
+made unreadable after it was listed) fails the read, with Spark naming the file, instead of
+yielding the rows read before the fault. A JSON line or CSV field that is not valid UTF-8 fails
+the read the same way (:data:`NOT_UTF8`): Spark's readers would otherwise keep the bytes or
+replace them, and a file in another encoding would half-parse.
+
+Columns: the schema's, the rescued column (keys outside the schema), ``_corrupt_record`` (the
+raw text of a malformed record) and Spark's hidden ``_metadata`` (the source file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from bronze.spec import BronzeTableSpec, SourceFormat
+
+CORRUPT = "_corrupt_record"
+# The message a read fails with on text that is not UTF-8; the file's path follows it.
+NOT_UTF8 = "[medallion] not UTF-8 text in file "
+REPLACEMENT = "\ufffd"  # what a decoder puts for bytes that are not UTF-8
+
+Reader = Any  # a DataStreamReader or a DataFrameReader: format, schema, option(s), load
+Source = str | Sequence[str]  # the landing path (a stream) or the files to read (a batch)
+
+
+def read_records(spec: BronzeTableSpec, reader: Reader, source: Source,
+                 schema: StructType) -> DataFrame:
+    """The records of ``source`` in the feed's format: the schema's columns, the rescued
+    column, ``_corrupt_record`` and ``_metadata``."""
+    if spec.source.path_glob_filter:
+        reader = reader.option("pathGlobFilter", spec.source.path_glob_filter)
+    reader = reader.option("recursiveFileLookup", spec.source.recursive_file_lookup)
+    return READERS[spec.source.format](spec, reader, source, schema)
+
+
+def _load(reader: Reader, source: Source) -> DataFrame:
+    return reader.load(source if isinstance(source, str) else list(source))
+
+
+def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
+               schema: StructType) -> DataFrame:
+    """JSON Lines read as text and parsed with from_json, so the raw line is kept for the
+    quarantine and keys outside the schema can be rescued (Spark's reader drops them)."""
+    raw = _load(reader.format("text"), source).where(F.trim("value") != "")
+    raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **spec.source.options}
+    parsed = raw.select(
+        F.from_json("value", with_corrupt, options).alias("r"), "value", "_metadata"
+    )
+    # A line that is not a JSON object parses to null: quarantine it too.
+    corrupt = F.when(F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
+    columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
+    if spec.rescued_column:
+        columns.append(rescued_keys(schema).alias(spec.rescued_column))
+    return parsed.select(*columns, corrupt.alias(CORRUPT), "_metadata")
+
+
+def rescued_keys(schema: StructType) -> Column:
+    """Top-level keys not in the schema, as a JSON object (as Auto Loader's rescued column).
+
+    Computed next to the parsed record ``r``. A line with no more keys than it has non-null
+    fields of the schema holds no other key (each such field takes a key of its own), so most
+    lines skip the set difference of their keys with the schema's, a hash set built per line.
+    """
+    keys = F.json_object_keys("value")
+    present = sum((F.col(f"r.{f.name}").isNotNull().cast("int") for f in schema.fields),
+                  F.lit(0))
+    known = F.array(*[F.lit(f.name) for f in schema.fields])
+    extra = F.array_except(keys, known)
+    as_map = F.from_json("value", "MAP<STRING, STRING>")
+    kept = F.map_filter(as_map, lambda k, _v: ~F.array_contains(known, k))
+    return F.when(F.size(keys) > present, F.when(F.size(extra) > 0, F.to_json(kept)))
+
+
+def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
+         schema: StructType) -> DataFrame:
+    """CSV with a corrupt-record column: a row with too many or too few fields, or a value
+    that does not fit its type, is malformed and goes to the quarantine, not dropped. In UTF-8
+    (the default encoding) a field holding the replacement character came from bytes that are
+    not UTF-8: the read fails."""
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+    options = {
+        "header": "true",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": CORRUPT,
+        **spec.source.options,
+    }
+    df = _load(reader.format("csv").schema(with_corrupt).options(**options), source)
+    encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
+    texts = [F.col(f.name) for f in with_corrupt.fields if isinstance(f.dataType, StringType)]
+    if encoding.replace("-", "").upper() == "UTF8" and texts:
+        df = df.where(_utf8_or_fail(~F.contains(F.concat_ws("", *texts), F.lit(REPLACEMENT))))
+    columns = [F.col(f.name) for f in schema.fields]
+    if spec.rescued_column:
+        columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
+    return df.select(*columns, F.col(CORRUPT), "_metadata")
+
+
+def _parquet(spec: BronzeTableSpec, reader: Reader, source: Source,
+             schema: StructType) -> DataFrame:
+    loaded = _load(reader.format("parquet").schema(schema).options(**spec.source.options),
+                   source)
+    columns = [F.col(f.name) for f in schema.fields]
+    if spec.rescued_column:
+        columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
+    return loaded.select(*columns, F.lit(None).cast("string").alias(CORRUPT), "_metadata")
+
+
+def _utf8_or_fail(valid: Column) -> Column:
+    """A filter that keeps every row and fails the read on one whose text is not UTF-8,
+    naming its file (see :func:`bronze.checks.failing_file`)."""
+    message = F.concat(F.lit(NOT_UTF8), F.col("_metadata.file_path"))
+    return F.when(valid, F.lit(True)).otherwise(F.raise_error(message).cast("boolean"))
+
+
+READERS: dict[SourceFormat, Callable[[BronzeTableSpec, Reader, Source, StructType],
+                                     DataFrame]] = {
+    SourceFormat.JSON: _text_json,
+    SourceFormat.CSV: _csv,
+    SourceFormat.PARQUET: _parquet,
+}

@@ -1,0 +1,92 @@
+"""What every store is: the :class:`Storage` interface, :class:`FileInfo`, and path helpers
+that need no store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Protocol
+from urllib.parse import unquote, urlparse
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file in the lake: its path (as the storage names it), size and modification time."""
+
+    path: str
+    size: int
+    modified_ms: int
+
+
+class Storage(Protocol):
+    """The file operations the framework performs on the lake; one contract for every store
+    (``tests/test_storage.py`` runs the same checks on each)."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def stat(self, path: str) -> FileInfo:
+        """The file's size and time; a missing file is a :class:`StorageError`."""
+
+    def open(self, path: str) -> IO[bytes]:
+        """The file's bytes (small files: checkpoint logs, manifests)."""
+
+    def move(self, src: str, dst: str) -> None:
+        """Move a file, creating the target's parents; an existing target is an error."""
+
+    def try_move(self, src: str, dst: str) -> bool:
+        """Move a file if it is there and the target is not (creating the target's parents);
+        whether it moved. For a step that may have run before: one call where a check, a
+        move and a check would be three."""
+
+    def delete(self, path: str) -> None:
+        """Delete a file; a missing one is not an error."""
+
+    def list_files(self, path: str) -> Iterator[FileInfo]:
+        """Every file under ``path``, recursively; nothing for a missing folder."""
+
+    def makedirs(self, path: str) -> None:
+        """Create the folder and its parents; an existing one is not an error."""
+
+    def upload(self, local_file: str, path: str, modified_ms: int | None = None) -> None:
+        """Copy a local file to ``path`` (it appears whole: written under a hidden name, then
+        renamed), with the modification time ``modified_ms`` where the store lets a writer set
+        it; an existing target is an error."""
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a small file whole (a manifest), replacing one that is there."""
+
+    def touch(self, path: str) -> None:
+        """Set the file's modification time to now, where the store allows it."""
+
+    def resolution_ms(self, path: str) -> int:
+        """The resolution of the modification times of the store ``path`` is on (ms): 1 on a
+        local disk and HDFS, 1000 on ADLS and S3 (HTTP dates)."""
+
+
+def local_path(path: str) -> str:
+    """A local file system path from a plain path or a ``file:`` URI."""
+    if path.startswith("file:"):
+        return unquote(urlparse(path).path)
+    return path
+
+
+def uploading_name(path: str) -> str:
+    """Where a file is written before it is renamed into place: a hidden name in the same
+    folder, which Spark's file source never lists (it skips names starting with '.')."""
+    folder, _, name = path.rpartition("/")
+    return f"{folder}/.{name}.uploading"
+
+
+def archive_target(archive_dir: str, source_file: str) -> str:
+    """Where a source file goes in an archive: the archive folder plus the file's full path.
+
+    This is the layout Spark's ``cleanSource=archive`` uses, so files archived by Spark and by
+    the framework's reconciler end up side by side.
+    """
+    source = urlparse(source_file).path if "://" in source_file else local_path(source_file)
+    return archive_dir.rstrip("/") + "/" + source.lstrip("/")
+
+
+def scheme_of(path: str) -> str:
+    """``hdfs`` for ``hdfs://nn/x``, ``file`` for ``file:/x``, ``""`` for a plain path."""
+    return urlparse(path).scheme if "://" in path or path.startswith("file:") else ""

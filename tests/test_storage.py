@@ -1,0 +1,107 @@
+"""One contract for every store the framework moves files with: a local disk through ``os``,
+any Hadoop file system through the Spark session (here the local one, ``file:``), and ADLS Gen2
+through the Azure SDK against the loopback DFS endpoint."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from framework.errors import StorageError
+from framework.storage import LocalStorage, Storage
+from framework.storage.hadoop import HadoopStorage
+from tests.dfs_server import serve
+
+ACCOUNT = "medallionstest"
+
+
+@pytest.fixture(params=["local", "hadoop", "adls"])
+def store(request: pytest.FixtureRequest, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Storage, str]]:
+    """A store and a folder on it, empty."""
+    if request.param == "local":
+        yield LocalStorage(), str(tmp_path / "lake")
+    elif request.param == "hadoop":
+        spark: SparkSession = request.getfixturevalue("spark")
+        yield HadoopStorage(spark), f"file://{tmp_path}/lake"
+    else:
+        from framework.config.model import AzureStorage
+        from framework.storage.adls import AdlsStorage
+
+        monkeypatch.setenv("TEST_ACCOUNT_KEY", "a2V5a2V5a2V5a2V5")
+        with serve(ACCOUNT) as (lake, url):
+            lake.filesystems["lake"] = {}
+            settings = AzureStorage.model_validate({
+                "account": ACCOUNT, "auth": "account_key", "account_key": "${TEST_ACCOUNT_KEY}",
+                "endpoint": url, "retries": 0, "retry_backoff_seconds": 0})
+            yield AdlsStorage(settings), f"abfss://lake@{ACCOUNT}.dfs.core.windows.net/lake"
+
+
+def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_path: Path) -> None:
+    s, root = store
+    local = tmp_path / "export.json"
+    local.write_bytes(b'{"a": 1}\n')
+
+    # folders: made with their parents, idempotently; a missing one lists nothing
+    assert not s.exists(f"{root}/in")
+    assert list(s.list_files(f"{root}/in")) == []
+    s.makedirs(f"{root}/in/deep")
+    s.makedirs(f"{root}/in/deep")
+    assert s.exists(f"{root}/in/deep")
+
+    # upload: appears whole, never overwrites
+    s.upload(str(local), f"{root}/in/a.json")
+    assert s.open(f"{root}/in/a.json").read() == b'{"a": 1}\n'
+    with pytest.raises(StorageError, match="expected no file"):
+        s.upload(str(local), f"{root}/in/a.json")
+    info = s.stat(f"{root}/in/a.json")
+    assert info.size == 9 and abs(info.modified_ms / 1000 - time.time()) < 60
+    with pytest.raises(StorageError):
+        s.stat(f"{root}/in/missing.json")
+
+    # small files written whole, replaced
+    s.write_bytes(f"{root}/in/deep/m.json", b"one")
+    s.write_bytes(f"{root}/in/deep/m.json", b"two")
+    assert s.open(f"{root}/in/deep/m.json").read() == b"two"
+
+    # listing: every file below, recursively, named as the caller spells the folder
+    listed = sorted((f.path, f.size) for f in s.list_files(f"{root}/in"))
+    assert listed == [(f"{root}/in/a.json", 9), (f"{root}/in/deep/m.json", 3)]
+
+    # move: makes the target's parents, refuses an existing target, leaves no source
+    s.move(f"{root}/in/a.json", f"{root}/archive/x/a.json")
+    assert not s.exists(f"{root}/in/a.json")
+    assert s.open(f"{root}/archive/x/a.json").read() == b'{"a": 1}\n'
+    s.upload(str(local), f"{root}/in/b.json")
+    with pytest.raises(StorageError, match="expected no file at move target"):
+        s.move(f"{root}/in/b.json", f"{root}/archive/x/a.json")
+    assert s.exists(f"{root}/in/b.json")
+
+    # try_move: moves only a file that is there onto a target that is not
+    assert s.try_move(f"{root}/in/b.json", f"{root}/archive/y/b.json")
+    assert not s.try_move(f"{root}/in/b.json", f"{root}/archive/y/b2.json")  # gone already
+    s.upload(str(local), f"{root}/in/b.json")
+    assert not s.try_move(f"{root}/in/b.json", f"{root}/archive/y/b.json")  # target taken
+    assert s.exists(f"{root}/in/b.json") and s.exists(f"{root}/archive/y/b.json")
+
+    # delete: gone; a missing file is no error
+    s.delete(f"{root}/in/b.json")
+    s.delete(f"{root}/in/b.json")
+    assert not s.exists(f"{root}/in/b.json")
+
+    # times: set where the store lets a writer set them; touch brings one to now
+    if s.resolution_ms(root) == 1:
+        s.upload(str(local), f"{root}/in/old.json", modified_ms=1_700_000_000_123)
+        assert s.stat(f"{root}/in/old.json").modified_ms == 1_700_000_000_123
+        s.touch(f"{root}/in/old.json")
+        assert abs(s.stat(f"{root}/in/old.json").modified_ms / 1000 - time.time()) < 60
+    else:
+        assert s.resolution_ms(root) == 1000
+        before = s.stat(f"{root}/archive/x/a.json").modified_ms
+        time.sleep(1.1)
+        s.touch(f"{root}/archive/x/a.json")
+        assert s.stat(f"{root}/archive/x/a.json").modified_ms > before
