@@ -90,6 +90,12 @@ class BronzeTableSpec(TableSpec):
         return [f"{table.full_name}: the landing folder {folder} does not exist yet; "
                 "'medallion run' fails until it does ('medallion init' creates it)"]
 
+    def folders(self, table: Table) -> list[str]:
+        """Landing, quarantine and (when files are archived) archive."""
+        archive = [self.archive_dir(table)] if self.source.clean_source is CleanSource.ARCHIVE \
+            else []
+        return [self.landing_folder(table), self.quarantine_dir(table), *archive]
+
     def archive_dir(self, table: Table) -> str:
         return table.env.resolve(self.source.archive_dir or f"archive/{self.name}")
 

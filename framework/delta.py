@@ -13,6 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
+from framework.identifiers import quote_all, quote_name, quote_path
+
 # Table property: record the change data feed. For an append-only table this costs nothing on
 # write (the rows a commit inserted are its added files); it lets a batch's rows be read back
 # from its own commit.
@@ -71,11 +73,11 @@ def create_table(
     """
     if spark.catalog.tableExists(name):
         return False
-    parts = [f"CREATE TABLE IF NOT EXISTS {name} ({schema.toDDL()}) USING DELTA"]
+    parts = [f"CREATE TABLE IF NOT EXISTS {quote_name(name)} ({schema.toDDL()}) USING DELTA"]
     if partition_by:
-        parts.append(f"PARTITIONED BY ({', '.join(partition_by)})")
+        parts.append(f"PARTITIONED BY ({quote_all(partition_by)})")
     if cluster_by:  # liquid clustering: OPTIMIZE lays the data out by these columns
-        parts.append(f"CLUSTER BY ({', '.join(cluster_by)})")
+        parts.append(f"CLUSTER BY ({quote_all(cluster_by)})")
     if comment:
         parts.append(f"COMMENT {sql_string(comment)}")
     parts.append(f"LOCATION {sql_string(location)}")
@@ -90,11 +92,11 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
     """Compact a Delta table; a clustered table is laid out by its clustering columns, and
     ``zorder_by`` Z-orders a table that is not clustered (older Delta versions). Returns the
     operation's metrics (files added and removed)."""
-    detail = spark.sql(f"DESCRIBE DETAIL {name}").first()
+    detail = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").first()
     clustered = bool(detail and detail.asDict().get("clusteringColumns"))
-    statement = f"OPTIMIZE {name}"
+    statement = f"OPTIMIZE {quote_name(name)}"
     if zorder_by and not clustered:
-        statement += f" ZORDER BY ({', '.join(zorder_by)})"
+        statement += f" ZORDER BY ({quote_all(zorder_by)})"
     row = spark.sql(statement).first()
     metrics = row["metrics"].asDict() if row is not None else {}
     return {k: metrics[k] for k in ("numFilesAdded", "numFilesRemoved") if k in metrics} | {
@@ -147,7 +149,7 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
 def change_feed_enabled(spark: SparkSession, location: str) -> bool:
     """Whether the Delta table at ``location`` records its change data feed."""
     row = spark.sql(
-        f"SHOW TBLPROPERTIES delta.`{location}` ('{CHANGE_FEED}')"
+        f"SHOW TBLPROPERTIES {quote_path(location)} ({sql_string(CHANGE_FEED)})"
     ).first()
     return row is not None and str(row["value"]).lower() == "true"
 

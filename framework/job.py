@@ -36,6 +36,7 @@ from framework.config.model import Layer, Table
 from framework.delta import append, batch_commit
 from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
+from framework.identifiers import quote_name
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
 from framework.storage import storage_for
@@ -219,6 +220,7 @@ class StreamingJob(ABC):
         self.log.info("job.started", trigger="continuous" if self.ctx.trigger.continuous
                       else "availableNow")
         query: StreamingQuery | None = None
+        interrupted = False
         try:
             self._step("prepare", self.prepare)
             source = self._step("read", self.read)
@@ -229,18 +231,33 @@ class StreamingJob(ABC):
         except MedallionError as exc:
             summary.status, summary.error = RunStatus.FAILED, str(exc)
             self.log.error("job.failed", step=getattr(exc, "step", None), error=str(exc))
-        progress = self._collect(query)
+        except (Exception, KeyboardInterrupt) as exc:
+            # A Py4J error (the JVM gone), a bug, or a second stop signal: the run still ends
+            # with its query stopped and a summary, failed.
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            why = "interrupted by a second signal" if interrupted \
+                else f"{type(exc).__name__}: {_first_line(exc)}"
+            summary.status, summary.error = RunStatus.FAILED, why
+            self.log.error("job.failed", step="run", error=why)
+        finally:
+            self._stop_quietly(query)
+        progress = self._collect(query) if not interrupted else []
         summary.batches = len(progress)
         if progress:
             summary.first_batch = progress[0].batch_id
             summary.last_batch = progress[-1].batch_id
         summary.rows_in = sum(p.input_rows for p in progress)
-        if summary.status is not RunStatus.FAILED or query is not None:
+        # After a forced interrupt nothing more runs: the next run settles what this one left.
+        if not interrupted and (summary.status is not RunStatus.FAILED or query is not None):
             try:
                 summary.counts = self._step("finish", self.finish, progress)
             except MedallionError as exc:
                 summary.status, summary.error = RunStatus.FAILED, str(exc)
                 self.log.error("job.failed", step="finish", error=str(exc))
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {_first_line(exc)}"
+                summary.status, summary.error = RunStatus.FAILED, why
+                self.log.error("job.failed", step="finish", error=why)
         summary.rows_out = summary.counts.pop("rows_out", 0)
         # Spark counts a source's rows once per action on the batch; a job that reads the
         # batch more than once reports its own figure.
@@ -254,7 +271,8 @@ class StreamingJob(ABC):
     def prepare(self) -> None:
         """Create what the job writes; the default creates the layer's schema and finds the
         batches a restart may replay."""
-        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}.{self.table.schema}")
+        self.spark.sql("CREATE SCHEMA IF NOT EXISTS "
+                       + quote_name(f"{self.table.env.catalog}.{self.table.schema}"))
         checkpoint = self.table.checkpoint
         self.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
                                 last_planned_batch(checkpoint, self.files) + 1)
@@ -403,6 +421,14 @@ class StreamingJob(ABC):
                 reason = self.batch_error or _first_line(exc)
                 raise QueryFailedError(self.table.full_name, "stream", reason) from exc
 
+    def _stop_quietly(self, query: StreamingQuery | None) -> None:
+        """Stop the query if it still runs; a JVM that is gone cannot stop it, and says so."""
+        try:
+            if query is not None and query.isActive:
+                query.stop()
+        except Exception as exc:
+            self.log.warning("job.stop.failed", error=_first_line(exc))
+
     def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
         """Let the batch in flight commit, then stop; a batch started after it is cancelled
         before it commits and re-runs from its logged offsets on the next start."""
@@ -421,7 +447,11 @@ class StreamingJob(ABC):
     def _collect(self, query: StreamingQuery | None) -> list[BatchProgress]:
         if query is None:
             return []
-        run_id = str(query.runId)
+        try:
+            run_id = str(query.runId)
+        except Exception as exc:  # the JVM is gone: no progress to read
+            self.log.warning("job.progress.incomplete", error=_first_line(exc))
+            return []
         if not self.listener.wait_for(run_id, timeout=30):
             self.log.warning("job.progress.incomplete", query_run_id=run_id)
         # One entry per executed batch: an idle trigger reports progress too (no addBatch).

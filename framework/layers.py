@@ -1,15 +1,33 @@
-"""The registry of layers: which spec class and which job class implement each one.
+"""The layer registry: what a layer package plugs into the framework.
 
-Entries are import paths, imported on first use, so importing ``framework`` imports no layer
-(and no Spark). A layer without an entry is reported as such, with the ones that exist.
+A layer is a package that declares a :class:`LayerPlugin` under the entry point group
+``medallion.layers`` of its distribution (``setup.cfg``)::
+
+    [options.entry_points]
+    medallion.layers =
+        bronze = bronze.layer:PLUGIN
+
+The plugin gives:
+
+- ``spec``: the pydantic model of the layer's table specs (``conf/tables/<layer>/*.yaml``);
+- ``job``: the job class that runs a table, from its spec (a layer with several kinds of table
+  chooses by the spec's kind, an Enum of the layer);
+- ``planner``: how ``medallion validate`` derives a table's schema from its inputs' (optional);
+- ``commands``: the layer's own ``medallion`` sub-commands (optional).
+
+The framework imports no layer package by name: it finds the plugins through the entry points,
+on first use. A plugin's module imports no Spark; its job classes and planner are imported when
+they are asked for.
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Protocol
 
 from framework.config.model import Layer
 from framework.errors import ConfigError
@@ -21,16 +39,7 @@ if TYPE_CHECKING:
     from framework.config.model import Table, TableSpec
     from framework.job import RunContext, TableRunSummary
 
-
-@dataclass(frozen=True)
-class LayerEntry:
-    """Where a layer's table spec model and its job class live; ``kinds`` maps a spec's
-    ``kind`` to another job class (gold's marts are not streaming aggregates)."""
-
-    spec: str
-    job: str
-    kinds: Mapping[str, str] = field(default_factory=dict)
-    plan: str = ""  # a Planner: the table's schema from its inputs', for medallion validate
+GROUP = "medallion.layers"
 
 
 class Job(Protocol):
@@ -39,57 +48,71 @@ class Job(Protocol):
     def run(self) -> TableRunSummary: ...
 
 
+JobFactory = Callable[["SparkSession", "Table", "RunContext"], Job]
+
 # (spark, table, the schemas of the tables already planned) -> (the table's schema, or None
 # when its columns cannot be known before it runs; the problems found resolving its SQL)
 Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructType]"],
                    "tuple[StructType | None, list[ConfigError]]"]
 
 
-REGISTRY: dict[Layer, LayerEntry] = {
-    Layer.BRONZE: LayerEntry(spec="bronze.spec:BronzeTableSpec", job="bronze.job:BronzeJob",
-                             plan="bronze.batch:planned_schema"),
-    Layer.SILVER: LayerEntry(spec="silver.spec:SilverTableSpec", job="silver.job:SilverJob",
-                             plan="silver.job:planned_schema"),
-    Layer.GOLD: LayerEntry(spec="gold.spec:GoldTableSpec", job="gold.job:AggregateJob",
-                           kinds={"mart": "gold.mart:MartJob"}, plan="gold.job:planned_schema"),
-}
+class Commands(Protocol):
+    """Where a layer adds its ``medallion`` sub-commands (:class:`framework.commands.Commands`):
+    each gets the common options and a handler ``(args) -> exit code``."""
+
+    def add(self, name: str, handler: Callable[[argparse.Namespace], int], *, help: str,
+            description: str) -> argparse.ArgumentParser: ...
 
 
-def _load(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+@dataclass(frozen=True)
+class LayerPlugin:
+    """A layer's implementation (see the module's text)."""
+
+    layer: Layer
+    spec: type[TableSpec]
+    job: Callable[[TableSpec], JobFactory]
+    planner: Callable[[], Planner] | None = None
+    commands: Callable[[Commands], None] | None = None
 
 
-def _entry(layer: Layer) -> LayerEntry:
+@functools.cache
+def plugins() -> Mapping[Layer, LayerPlugin]:
+    """The installed layers' plugins, in the layers' order."""
+    found: dict[Layer, LayerPlugin] = {}
+    for ep in entry_points(group=GROUP):
+        plugin = ep.load()
+        if not isinstance(plugin, LayerPlugin):
+            raise ConfigError(f"expected a LayerPlugin at entry point {ep.value} ({GROUP}), "
+                              f"found {type(plugin).__name__}")
+        found[plugin.layer] = plugin
+    return {layer: found[layer] for layer in Layer if layer in found}
+
+
+def plugin(layer: Layer) -> LayerPlugin:
+    """The plugin of ``layer``; a clear error if no installed package implements it."""
+    installed = plugins()
     try:
-        return REGISTRY[layer]
+        return installed[layer]
     except KeyError:
-        valid = ", ".join(sorted(layer.value for layer in REGISTRY))
+        valid = ", ".join(layer.value for layer in installed) or "none"
         raise ConfigError(
-            f"expected a layer with an implementation ({valid}), found {layer.value!r}"
+            f"expected a layer with an implementation ({valid}), found {layer.value!r}; a "
+            f"layer package registers itself under the entry point group {GROUP!r} (install "
+            "the package: pip install -e .)"
         ) from None
 
 
 def spec_class(layer: Layer) -> type[TableSpec]:
     """The pydantic model that validates a table spec of ``layer``."""
-    cls: type[TableSpec] = _load(_entry(layer).spec)
-    return cls
+    return plugin(layer).spec
 
 
-def job_class(table: Table) -> Callable[[SparkSession, Table, RunContext], Job]:
-    """The job class that runs ``table`` (by its layer, and its spec's kind if any)."""
-    entry = _entry(table.layer)
-    kind = str(getattr(table.spec, "kind", ""))
-    cls: Callable[[SparkSession, Table, RunContext], Job] = _load(entry.kinds.get(kind,
-                                                                                  entry.job))
-    return cls
+def job_class(table: Table) -> JobFactory:
+    """The job class that runs ``table``."""
+    return plugin(table.layer).job(table.spec)
 
 
 def planner(layer: Layer) -> Planner | None:
     """How ``medallion validate`` derives a table's schema in ``layer``; None if it cannot."""
-    path = _entry(layer).plan
-    return _load(path) if path else None
-
-
-def available() -> tuple[Layer, ...]:
-    return tuple(layer for layer in Layer if layer in REGISTRY)
+    make = plugin(layer).planner
+    return make() if make is not None else None

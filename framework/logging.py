@@ -8,55 +8,14 @@ for results (``medallion sql``, ``medallion status``).
 from __future__ import annotations
 
 import logging
-import re
 import sys
-import threading
 from collections.abc import MutableMapping
 from enum import StrEnum
 from typing import Any, TextIO
 
 import structlog
 
-from framework.config.secrets import looks_secret
-
-REDACTED = "***"
-
-# Values that are secrets whatever key they sit under.
-_VALUE_PATTERNS = (
-    re.compile(r"(?i)(AccountKey|SharedAccessSignature|SharedAccessKey|Password|pwd)=([^;\s]+)"),
-    re.compile(r"(?i)([?&]sig=)([^&\s]+)"),
-    re.compile(r"(?i)(Bearer\s+)([A-Za-z0-9._~+/=-]+)"),
-    re.compile(r"(?i)(client_secret=)([^&\s]+)"),
-)
-
-_secrets: set[str] = set()
-_secrets_lock = threading.Lock()
-
-
-def register_secret(value: str) -> None:
-    """Mask ``value`` wherever it appears in a log event from now on."""
-    if value and len(value) >= 4:
-        with _secrets_lock:
-            _secrets.add(value)
-
-
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with secret-looking keys and known secret values masked."""
-    if isinstance(value, str):
-        for secret in tuple(_secrets):
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        for pattern in _VALUE_PATTERNS:
-            value = pattern.sub(lambda m: m.group(1) + REDACTED, value)
-        return value
-    if isinstance(value, MutableMapping):
-        return {
-            k: (REDACTED if isinstance(k, str) and looks_secret(k) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)
-    return value
+from framework.redaction import redact
 
 
 def redact_processor(

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, Table
-from framework.job import RunContext, RunStatus, RunSummary, TableRunSummary
+from framework.identifiers import quote_name
+from framework.job import RunContext, RunStatus, RunSummary, TableRunSummary, TriggerPolicy
 from framework.layers import job_class
+from framework.listener import ProgressListener
 from framework.logging import get_logger
+
+
+def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Sequence[Table],
+                      continuous: bool, watch: Callable[..., None] | None = None) -> RunSummary:
+    """Run ``tables`` in order (:func:`run_tables`); SIGTERM and SIGINT stop them at a batch
+    boundary. ``watch`` is called with each micro-batch's progress."""
+    ctx = RunContext(
+        trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval)
+    )
+    watching = (ProgressListener.install(spark).watching(watch) if watch
+                else contextlib.nullcontext())
+    with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
+        return run_tables(spark, project, tables, ctx)
 
 
 def select_tables(
@@ -30,7 +47,7 @@ def create_schemas(spark: SparkSession, tables: Sequence[Table]) -> list[str]:
     view made before any gold table would otherwise find no schema); returns them."""
     schemas = list(dict.fromkeys(f"{t.env.catalog}.{t.schema}" for t in tables))
     for schema in schemas:
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote_name(schema)}")
     return schemas
 
 

@@ -59,7 +59,16 @@ def get_spark(
 ) -> SparkSession:
     """The SparkSession for ``env``; ``conf`` adds settings (local and spark-submit only)."""
     runtime = env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
-    return _BUILDERS[runtime](env, app_name, dict(conf or {}))
+    spark = _BUILDERS[runtime](env, app_name, dict(conf or {}))
+    # Spark rewrites ${name} in SQL text with a configuration value, inside quoted names
+    # too: a column named ${spark.some.key} would be renamed, or carry a setting's value
+    # into the catalog. The framework's statements quote names (framework.identifiers) and
+    # must be read as written.
+    spark.conf.set(NO_SUBSTITUTION, "false")
+    return spark
+
+
+NO_SUBSTITUTION = "spark.sql.variable.substitute"
 
 
 def _env_conf(env: Environment) -> dict[str, str]:

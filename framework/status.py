@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from framework.checkpoint import last_committed_batch
 from framework.config.model import Table
+from framework.identifiers import quote_name
 from framework.storage import storage_for
 
 
@@ -36,7 +37,7 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
         kind = _kind(spark, table.full_name)
         rows = spark.table(table.full_name).count()
         if kind == "delta":
-            history = spark.sql(f"DESCRIBE HISTORY {table.full_name} LIMIT 1").collect()
+            history = spark.sql(f"DESCRIBE HISTORY {quote_name(table.full_name)} LIMIT 1").collect()
             version = int(history[0]["version"]) if history else None
     batch = last_committed_batch(table.checkpoint, storage_for(table.checkpoint, table.env,
                                                                spark))
@@ -57,6 +58,6 @@ def _kind(spark: SparkSession, name: str) -> str:
     found = spark.catalog.getTable(name)
     if (found.tableType or "").upper() == "VIEW":
         return "view"
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {quote_name(name)}").collect()
     provider = next((r["data_type"] for r in rows if r["col_name"] == "Provider"), None)
     return str(provider or "table").lower()

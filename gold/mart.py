@@ -26,9 +26,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from framework.config.model import Layer, ProjectConfig, Table
+from framework.config.model import Layer, Table
 from framework.delta import create_table, sql_string
 from framework.errors import ConfigError, JobError, MedallionError
+from framework.identifiers import quote, quote_all, quote_name
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.logging import get_logger
 from gold.spec import GoldTableSpec, JoinType
@@ -36,28 +37,6 @@ from gold.spec import GoldTableSpec, JoinType
 ColumnList = list[tuple[str, str]]  # (name, comment)
 
 VERSIONS = "medallion.mart.built_from"  # table property: {table: Delta version} last built
-
-
-def layout_advice(spec: GoldTableSpec, table: Table, project: ProjectConfig) -> list[str]:
-    """Why a configured join of this mart cannot prune the fact, one sentence per join."""
-    if spec.fact is None:
-        return []
-    fact = project.table(spec.fact.table, spec.fact.layer)
-    partitions = list(getattr(fact.spec, "partition_by", []) or [])
-    advice = []
-    for dim in spec.dimensions:
-        if any(k in partitions for k in dim.fact_keys):
-            continue
-        layout = f"partitioned by {', '.join(partitions)}" if partitions else "not partitioned"
-        dim_name = project.env.table_name(dim.layer, dim.table)
-        advice.append(
-            f"{table.full_name} joins {fact.full_name} to {dim_name} on "
-            f"{', '.join(dim.fact_keys)}, "
-            f"but {fact.full_name} is {layout}: a filter on {dim.table} cannot prune the "
-            f"fact's partitions (dynamic partition pruning skips partitions of the join key, "
-            f"nothing finer); partition {fact.name} by {dim.fact_keys[0]} "
-            f"(partition_by in {fact.source_file})")
-    return advice
 
 
 @dataclass(frozen=True)
@@ -86,7 +65,7 @@ class MartPlan:
                 dim_columns: list[ColumnList]) -> tuple[list[ConfigError], MartPlan]:
         """The plan with what it cannot join: keys and columns the tables do not have."""
         problems: list[ConfigError] = []
-        columns = [(f"f.{name}", name, text) for name, text in fact_columns]
+        columns = [(f"f.{quote(name)}", name, text) for name, text in fact_columns]
         fact_names = [name for name, _ in fact_columns]
         taken = set(fact_names)
         for i, (dim, name, described) in enumerate(zip(spec.dimensions, dims, dim_columns,
@@ -114,18 +93,18 @@ class MartPlan:
                         f"{name} and in an earlier table", key=f"dimensions[{i}].columns"))
                 else:
                     taken.add(c)
-                    columns.append((f"d{i}.{c}", c, have[c] or f"From {name}"))
+                    columns.append((f"d{i}.{quote(c)}", c, have[c] or f"From {name}"))
         return problems, cls(spec, fact, tuple(dims), tuple(columns))
 
     def joined(self) -> str:
         """The fact joined to its dimensions, with the mart's column names."""
-        select = ", ".join(f"{expr} AS {name}" for expr, name, _ in self.columns)
+        select = ", ".join(f"{expr} AS {quote(name)}" for expr, name, _ in self.columns)
         joins = []
         for i, (dim, name) in enumerate(zip(self.spec.dimensions, self.dims, strict=True)):
-            on = " AND ".join(f"f.{fk} = d{i}.{dk}" for fk, dk in dim.on.items())
+            on = " AND ".join(f"f.{quote(fk)} = d{i}.{quote(dk)}" for fk, dk in dim.on.items())
             kind = "LEFT JOIN" if dim.how is JoinType.LEFT else "JOIN"
-            joins.append(f"{kind} {name} d{i} ON {on}")
-        return f"SELECT {select} FROM {self.fact} f {' '.join(joins)}"
+            joins.append(f"{kind} {quote_name(name)} d{i} ON {on}")
+        return f"SELECT {select} FROM {quote_name(self.fact)} f {' '.join(joins)}"
 
     def query(self) -> str:
         """The mart: the join, filtered by ``where``, grouped by ``group_by`` into the
@@ -136,8 +115,9 @@ class MartPlan:
         where = f" WHERE {spec.where}" if spec.where else ""
         if not spec.aggregates:
             return f"SELECT * FROM ({self.joined()}) j{where}"
-        select = ", ".join([*spec.group_by, *(f"{a.expr} AS {a.name}" for a in spec.aggregates)])
-        group = f" GROUP BY {', '.join(spec.group_by)}" if spec.group_by else ""
+        select = ", ".join([*map(quote, spec.group_by),
+                            *(f"{a.expr} AS {quote(a.name)}" for a in spec.aggregates)])
+        group = f" GROUP BY {quote_all(spec.group_by)}" if spec.group_by else ""
         return f"SELECT {select} FROM ({self.joined()}) j{where}{group}"
 
     def output(self) -> list[tuple[str, str]]:
@@ -185,8 +165,8 @@ class MartJob:
         assert fact_ref is not None  # checked with the config
         fact = self._name(fact_ref.layer, fact_ref.table)
         self._require(fact)
-        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.env.catalog}."
-                       f"{self.table.schema}")
+        self.spark.sql("CREATE SCHEMA IF NOT EXISTS "
+                       + quote_name(f"{self.table.env.catalog}.{self.table.schema}"))
         dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
         for name in dims:
             self._require(name)
@@ -214,9 +194,10 @@ class MartJob:
         if self.spec.materialize:
             counts.update(self._materialize(query, fact, comment, dict(columns)))
         else:
-            column_list = ", ".join(f"{name} COMMENT {sql_string(text)}"
+            column_list = ", ".join(f"{quote(name)} COMMENT {sql_string(text)}"
                                     for name, text in columns)
-            self.spark.sql(f"CREATE OR REPLACE VIEW {self.table.full_name} ({column_list}) "
+            self.spark.sql(f"CREATE OR REPLACE VIEW {quote_name(self.table.full_name)} "
+                           f"({column_list}) "
                            f"COMMENT {sql_string(comment)} AS {query}")
         self.log.info("gold.mart.built", mart=self.table.full_name, fact=fact,
                       materialized=self.spec.materialize, **counts)
@@ -261,12 +242,12 @@ class MartJob:
             self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)
         elif changed:
             condition = " OR ".join(
-                "(" + " AND ".join(f"{c} <=> {sql_string(v) if v is not None else 'NULL'}"
+                "(" + " AND ".join(f"{quote(c)} <=> {sql_string(v) if v is not None else 'NULL'}"
                                    for c, v in zip(partitions, values, strict=True)) + ")"
                 for values in changed)
             df.where(condition).write.format("delta").mode("overwrite") \
                 .option("replaceWhere", condition).save(self.table.location)
-        spark.sql(f"ALTER TABLE {mart} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
+        spark.sql(f"ALTER TABLE {quote_name(mart)} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
                   f"{sql_string(json.dumps(versions, sort_keys=True))})")
         self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
                       full_rebuild=reason, partitions_rebuilt=changed)
@@ -286,7 +267,7 @@ class MartJob:
 
 
 def _detail(spark: SparkSession, name: str) -> dict[str, Any]:
-    row = spark.sql(f"DESCRIBE DETAIL {name}").first()
+    row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").first()
     return row.asDict() if row is not None else {}
 
 
@@ -295,12 +276,13 @@ def _version(spark: SparkSession, name: str,
     """The table's current Delta version; None for a table that is not Delta."""
     if (detail if detail is not None else _detail(spark, name)).get("format") != "delta":
         return None
-    row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+    row = spark.sql(f"DESCRIBE HISTORY {quote_name(name)} LIMIT 1").first()
     return int(row["version"]) if row is not None else None
 
 
 def _properties(spark: SparkSession, name: str) -> dict[str, str]:
-    return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)}").collect()
+    return {r["key"]: r["value"] for r in rows}
 
 
 def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int | None],

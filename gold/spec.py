@@ -239,9 +239,28 @@ class GoldTableSpec(TableSpec):
             return split_commits_advice(table.full_name, project.env.table_name(
                 src.layer, src.table), "aggregates event-time windows with a watermark",
                 src.max_files_per_trigger, None)
-        from gold.mart import layout_advice
+        return self._layout_advice(table, project)
 
-        return layout_advice(self, table, project)
+    def _layout_advice(self, table: Table, project: ProjectConfig) -> list[str]:
+        """Why a configured join of this mart cannot prune the fact, one sentence per join."""
+        if self.fact is None:
+            return []
+        fact = project.table(self.fact.table, self.fact.layer)
+        partitions = list(getattr(fact.spec, "partition_by", []) or [])
+        advice = []
+        for dim in self.dimensions:
+            if any(k in partitions for k in dim.fact_keys):
+                continue
+            layout = f"partitioned by {', '.join(partitions)}" if partitions else "not partitioned"
+            dim_name = project.env.table_name(dim.layer, dim.table)
+            advice.append(
+                f"{table.full_name} joins {fact.full_name} to {dim_name} on "
+                f"{', '.join(dim.fact_keys)}, "
+                f"but {fact.full_name} is {layout}: a filter on {dim.table} cannot prune the "
+                f"fact's partitions (dynamic partition pruning skips partitions of the join key, "
+                f"nothing finer); partition {fact.name} by {dim.fact_keys[0]} "
+                f"(partition_by in {fact.source_file})")
+        return advice
 
     def check(self, table: Table) -> list[ConfigError]:
         problems: list[ConfigError] = []

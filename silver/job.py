@@ -50,6 +50,7 @@ from framework.config.model import Layer, Table
 from framework.delta import create_table, sql_string
 from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
+from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
@@ -230,12 +231,12 @@ class SilverJob(StreamingJob):
         if self.spark.catalog.tableExists(self.table.full_name):
             return
         parts = [
-            f"CREATE TABLE IF NOT EXISTS {self.table.full_name} ({schema.toDDL()}, "
-            f"{BATCH_ID} BIGINT) USING parquet PARTITIONED BY ({BATCH_ID})",
-            f"CLUSTERED BY ({', '.join(self.spec.bucket_by)})",
+            f"CREATE TABLE IF NOT EXISTS {quote_name(self.table.full_name)} ({schema.toDDL()}, "
+            f"{quote(BATCH_ID)} BIGINT) USING parquet PARTITIONED BY ({quote(BATCH_ID)})",
+            f"CLUSTERED BY ({quote_all(self.spec.bucket_by)})",
         ]
         if self.spec.sort_by:
-            parts.append(f"SORTED BY ({', '.join(self.spec.sort_by)})")
+            parts.append(f"SORTED BY ({quote_all(self.spec.sort_by)})")
         parts.append(f"INTO {self.spec.buckets} BUCKETS")
         parts.append(f"LOCATION {sql_string(self.table.location)}")
         if self.spec.description:
@@ -369,10 +370,10 @@ class SilverJob(StreamingJob):
             # The batch's own partition, overwritten: a replayed batch replaces its rows.
             view = f"_silver_batch_{self.table.name}"
             df.createOrReplaceTempView(view)
-            columns = ", ".join(df.columns)
             df.sparkSession.sql(
-                f"INSERT OVERWRITE TABLE {self.table.full_name} "
-                f"PARTITION ({BATCH_ID} = {int(batch_id)}) SELECT {columns} FROM {view}")
+                f"INSERT OVERWRITE TABLE {quote_name(self.table.full_name)} "
+                f"PARTITION ({quote(BATCH_ID)} = {int(batch_id)}) "
+                f"SELECT {quote_all(df.columns)} FROM {quote(view)}")
             df.sparkSession.catalog.dropTempView(view)
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)

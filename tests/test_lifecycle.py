@@ -60,6 +60,20 @@ def test_sigterm_stops_at_a_batch_boundary_and_a_restart_continues(
     assert set(per_batch.values()) == {PER_FILE}
     assert sorted(per_batch) == list(range(len(per_batch)))
 
+    # A second signal interrupts at once: the run still stops its query, prints its summary
+    # and exits non-zero; what it left is taken by the next run.
+    forced = CliRun(["run", "bronze", "--summary", str(summary_path)], lakehouse.cli_env())
+    forced.wait_for("job.started")
+    forced.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    forced.proc.send_signal(signal.SIGTERM)
+    code, out = forced.finish()
+    assert code == 1, "".join(forced.lines[-20:])
+    assert "interrupted by a second signal" in out  # the printed summary
+    assert json.loads(summary_path.read_text())["status"] == "failed"
+    names = [e["event"] for e in forced.all_events]
+    assert "job.stop.forced" in names and "job.finished" in names, names
+
     rerun = CliRun(["run", "bronze"], lakehouse.cli_env())
     code, _ = rerun.finish()
     assert code == 0, "".join(rerun.lines[-20:])

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator
 
-from framework.config.secrets import FORMS, SecretRef, looks_secret
+from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
+from framework.redaction import looks_secret
 
 if TYPE_CHECKING:
     from framework.errors import ConfigError
@@ -172,6 +173,11 @@ class TableSpec(Model):
     def backlog_path(self, table: Table) -> str | None:
         """A folder whose files wait for this table (bronze's landing zone); None by default."""
         return None
+
+    def folders(self, table: Table) -> list[str]:
+        """Folders the table's jobs use besides its location and checkpoint (a feed's landing
+        zone), which ``medallion init`` creates; none by default."""
+        return []
 
     def upstream(self) -> list[tuple[Layer, str]]:
         """The configured tables this one reads (layer, short name); none by default."""

@@ -19,24 +19,12 @@ from typing import Any
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
+from framework.redaction import register_secret
+
 ENV_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
 SCOPE_REF = re.compile(r"^\{\{secrets/(?P<scope>[\w.-]+)/(?P<key>[\w.-]+)\}\}$")
 
-#: Names of configuration keys whose values are secrets and must be references.
-SECRET_KEY_PATTERN = re.compile(
-    r"(password|passwd|secret|token|credential|connection[_.-]?string|sas|"
-    r"(account|access|api|storage|shared|private|primary|secondary|signing)[_.-]?key|"
-    r"^key$|\.key$)",
-    re.IGNORECASE,
-)
-
-
 FORMS = "'${ENV_VAR}' or '{{secrets/<scope>/<key>}}'"
-
-
-def looks_secret(key: str) -> bool:
-    """Whether a configuration key names a secret (its value must then be a reference)."""
-    return bool(SECRET_KEY_PATTERN.search(key))
 
 
 class SecretRef:
@@ -65,8 +53,6 @@ class SecretRef:
 
     def resolve(self) -> str:
         """The secret's value; registered with the log redactor before it is returned."""
-        from framework.logging import register_secret  # late: keeps config free of logging
-
         name = self.env_var
         if name is not None:
             if name not in os.environ:

@@ -35,8 +35,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from framework.config.model import Layer, ProjectConfig
+from framework.config.model import Layer, ProjectConfig, Table
 from framework.errors import ConfigError
+from gold.spec import GoldTableSpec, Kind
 
 MANIFEST = ".demo-feed.json"
 LATER = ".demo-later"  # files delivered after the first run, under the root
@@ -228,6 +229,10 @@ PRUNING_QUERY = ("SELECT window_date, name, region, orders, items, revenue FROM 
                  "WHERE region = 'north' ORDER BY window_date DESC, name LIMIT 5")
 
 
+def _is_mart(table: Table) -> bool:
+    return isinstance(table.spec, GoldTableSpec) and table.spec.kind is Kind.MART
+
+
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Run summaries (``RunSummary.to_dict``) as one: per table, rows and counts added up
     (the state's size is the last run's), the worst status, the total duration."""
@@ -259,7 +264,7 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
     by_table = {t["table"]: t for t in run["tables"]}
     layers: dict[str, dict[str, Any]] = {}
     for table in sorted(project.tables, key=lambda t: list(Layer).index(t.layer)):
-        if table.layer is Layer.GOLD and getattr(table.spec, "kind", "") == "mart":
+        if _is_mart(table):
             continue  # a view over its fact: nothing of its own to count
         done = by_table.get(table.full_name, {})
         counts = done.get("counts", {})
@@ -284,7 +289,7 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
         "layers": layers,
         "run": run,
     }
-    marts = [t for t in project.of_layer(Layer.GOLD) if getattr(t.spec, "kind", "") == "mart"]
+    marts = [t for t in project.of_layer(Layer.GOLD) if _is_mart(t)]
     if marts and run["status"] == "succeeded":
         sql = PRUNING_QUERY.format(mart=marts[0].full_name)
         df = spark.sql(sql)

@@ -1,0 +1,123 @@
+"""Bronze's ``medallion`` commands: ``land``, ``purge-archive`` and ``infer-schema``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from bronze.spec import BronzeTableSpec, CleanSource
+from framework.commands import (
+    EXIT_CONFIG,
+    EXIT_OK,
+    print_table,
+    project_of,
+    spark_for,
+)
+from framework.config.model import Layer, Table
+from framework.errors import UsageError
+from framework.layers import Commands
+from framework.logging import get_logger
+from framework.storage import FileInfo, land, parse_retention, storage_for
+
+
+def add_commands(commands: Commands) -> None:
+    p = commands.add(
+        "land", cmd_land, help="upload files into a feed's landing",
+        description="Upload local files into a bronze feed's landing folder, in the order "
+        "given: each appears whole (written under a hidden name, then renamed) with a later "
+        "modification time than the one before, so the feed is read in that order.")
+    p.add_argument("table")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--keep-times", action="store_true",
+                   help="give each file its own local modification time instead (local "
+                   "stores only): the feed is read in the order of those times")
+
+    p = commands.add(
+        "purge-archive", cmd_purge_archive,
+        help="delete archived landing files past their retention",
+        description="Delete the archived files of bronze feeds archived longer ago than the "
+        "retention (from the archive's manifests; a file archived before manifests were kept "
+        "is aged from its modification time).")
+    p.add_argument("--older-than", required=True, metavar="AGE",
+                   help="retention: 30d, 12h or 90m")
+    p.add_argument("--table", action="append", default=[], metavar="T",
+                   help="a bronze table (repeatable); default: all")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+
+    p = commands.add(
+        "infer-schema", cmd_infer_schema,
+        help="infer a bronze feed's schema once and write it into its spec",
+        description="Read the feed's landing files in batch, infer a schema, and write it as "
+        "DDL into the spec file (it is never inferred at run time).")
+    p.add_argument("table")
+    p.add_argument("--force", action="store_true", help="replace an existing schema")
+
+
+def _spec(table: Table) -> BronzeTableSpec:
+    assert isinstance(table.spec, BronzeTableSpec)
+    return table.spec
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    project = project_of(args)
+    table = project.table(args.table, Layer.BRONZE)
+    landing = _spec(table).landing(table)
+    missing = [f for f in args.files if not os.path.isfile(f)]
+    if missing:
+        print(f"expected files to upload, found none at: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
+    store = storage_for(landing, project.env)
+    if args.keep_times and store.resolution_ms(landing) != 1:
+        raise UsageError(f"expected a store whose files' times can be set for --keep-times, "
+                         f"found {landing}, whose store sets them itself when a file is "
+                         "written; land without --keep-times (each file then gets a later "
+                         "time than the one before)")
+    log = get_logger(env=project.env.name, table=table.full_name)
+
+    def landed(local_file: str, info: FileInfo) -> None:
+        log.info("landing.uploaded", file=local_file, target=info.path, bytes=info.size,
+                 modified_ms=info.modified_ms)
+        print(f"landed: {info.path}", flush=True)
+
+    land(store, args.files, landing, keep_times=args.keep_times, on_landed=landed)
+    return EXIT_OK
+
+
+def cmd_purge_archive(args: argparse.Namespace) -> int:
+    from bronze.reconcile import purge_archive
+
+    project = project_of(args)
+    retention = parse_retention(args.older_than)
+    tables = ([project.table(t, Layer.BRONZE) for t in args.table] if args.table
+              else list(project.of_layer(Layer.BRONZE)))
+    now = int(time.time() * 1000)
+    rows = []
+    for table in tables:
+        spec = _spec(table)
+        if spec.source.clean_source is not CleanSource.ARCHIVE:
+            continue
+        archive = spec.archive_dir(table)
+        purged = purge_archive(storage_for(archive, project.env), archive, retention, now,
+                               dry_run=args.dry_run)
+        size = sum(f.size for f in purged)
+        get_logger(env=project.env.name, table=table.full_name).info(
+            "archive.purged", archive=archive, files=len(purged), bytes=size,
+            dry_run=args.dry_run, older_than=args.older_than)
+        rows.append([table.full_name, archive, len(purged), size])
+    print_table(["table", "archive", "would delete" if args.dry_run else "deleted", "bytes"],
+                rows)
+    return EXIT_OK
+
+
+def cmd_infer_schema(args: argparse.Namespace) -> int:
+    from bronze.schema import infer_schema, write_schema
+
+    project = project_of(args)
+    table = project.table(args.table, Layer.BRONZE)
+    spark = spark_for(project, "medallion-infer-schema")
+    ddl = infer_schema(spark, table)
+    write_schema(table, ddl, force=args.force)
+    print(f"{table.source_file}: schema: {ddl}")
+    return EXIT_OK

@@ -1,0 +1,1 @@
+"""Examples built on the framework and its layers (not part of the core)."""

@@ -1,0 +1,97 @@
+"""What a ``medallion`` sub-command is made of, for the framework's commands and a layer's own.
+
+A layer adds its commands through its plugin (:mod:`framework.layers`): it is given a
+:class:`Commands`, and each command it adds gets the common options (``--conf``, ``--env``,
+the log options) and a handler ``(args) -> exit code``. The helpers here load the project and
+start Spark the same way for every command.
+
+Exit codes: 0 success (a run stopped on request is a success), 1 a job failed, 2 the
+configuration or the command line is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from framework.config.loader import load_project
+from framework.config.model import ProjectConfig
+from framework.logging import LogFormat
+from framework.text import render_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+GROUP = "medallion.commands"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The options every command takes (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--conf", help="configuration folder (default: $MEDALLION_CONF or ./conf)")
+    common.add_argument("--env", help="environment name (default: $MEDALLION_ENV or local)")
+    common.add_argument(
+        "--log-format",
+        choices=[f.value for f in LogFormat],
+        default=LogFormat.AUTO.value,
+        help="auto: readable on a terminal, JSON otherwise",
+    )
+    common.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"],
+        help="default: info; warning for the demo, whose progress lines say what happens"
+    )
+    return common
+
+
+class Commands:
+    """Where commands are added: the ``medallion`` parser's sub-commands (what
+    :class:`framework.layers.Commands` asks for)."""
+
+    def __init__(self, sub: Any, common: argparse.ArgumentParser) -> None:
+        self._sub = sub
+        self._common = common
+
+    def add(self, name: str, handler: Handler, *, help: str, description: str
+            ) -> argparse.ArgumentParser:
+        """A sub-command with the common options; add its own arguments to the parser
+        returned."""
+        parser: argparse.ArgumentParser = self._sub.add_parser(
+            name, parents=[self._common], help=help, description=description)
+        parser.set_defaults(handler=handler)
+        return parser
+
+
+def installed_commands() -> list[Callable[[Commands], None]]:
+    """Commands of installed packages that are not layers (an example's ``demo``), declared
+    under the entry point group ``medallion.commands`` as functions that add them."""
+    return [ep.load() for ep in entry_points(group=GROUP)]
+
+
+def project_of(args: argparse.Namespace) -> ProjectConfig:
+    """The project the command's ``--conf`` and ``--env`` name."""
+    return load_project(args.conf, args.env)
+
+
+def spark_for(project: ProjectConfig, app: str) -> SparkSession:
+    """The Spark session of the project's environment (started on first use)."""
+    from framework.session import get_spark
+
+    return get_spark(project.env, app)
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """``data`` as indented JSON in the file ``path`` (a run's summary)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str)
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows as a text table on stdout, with their count."""
+    print(render_table(header, rows))
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

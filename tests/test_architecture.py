@@ -1,0 +1,115 @@
+"""The package structure: ``framework/`` is the contract and imports no layer; no import cycles;
+the layers plug in through the registry."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+from framework.commands import Commands, common_options
+from framework.config.model import Layer
+from framework.layers import plugins
+from tests.support import REPO
+
+PRODUCT = ("framework", "bronze", "silver", "gold", "examples")
+LAYER_PACKAGES = ("bronze", "silver", "gold", "examples")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in PRODUCT:
+        for path in sorted((REPO / top).rglob("*.py")) if (REPO / top).is_dir() else []:
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module ``name`` imports, at its top or inside a function (a dependency either
+    way), resolved to module names."""
+    found: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[:len(package) - node.level + 1], *filter(None, [base])])
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: {m for m in _imports(name, path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or not (strongly connected)."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def forward(v: str) -> None:
+        seen.add(v)
+        for w in graph[v]:
+            if w not in seen:
+                forward(w)
+        order.append(v)
+
+    for v in graph:
+        if v not in seen:
+            forward(v)
+    reverse: dict[str, set[str]] = {v: set() for v in graph}
+    for v, ws in graph.items():
+        for w in ws:
+            reverse[w].add(v)
+    assigned: set[str] = set()
+    groups = []
+    for v in reversed(order):
+        if v in assigned:
+            continue
+        group, todo = [], [v]
+        assigned.add(v)
+        while todo:
+            u = todo.pop()
+            group.append(u)
+            for w in reverse[u] - assigned:
+                assigned.add(w)
+                todo.append(w)
+        if len(group) > 1:
+            groups.append(sorted(group))
+    return groups
+
+
+def test_the_framework_imports_no_layer_package() -> None:
+    modules = _modules()
+    upward = {name: sorted(m for m in _imports(name, path)
+                           if m.split(".")[0] in LAYER_PACKAGES)
+              for name, path in modules.items() if name.split(".")[0] == "framework"}
+    assert len(upward) > 20  # the framework's modules were found
+    assert {name: up for name, up in upward.items() if up} == {}
+
+
+def test_no_modules_import_each_other_in_a_cycle() -> None:
+    graph = _graph()
+    assert _cycles(graph) == []
+    # the check finds a cycle where there is one
+    assert _cycles({**graph, "framework.errors": {"framework.job"}}) != []
+
+
+def test_every_layer_plugs_in_through_the_registry() -> None:
+    installed = plugins()
+    assert list(installed) == list(Layer)
+    commands = Commands(argparse.ArgumentParser().add_subparsers(),
+                        common_options())
+    for plugin in installed.values():
+        assert plugin.spec.layer is plugin.layer
+        assert plugin.planner is not None and callable(plugin.planner())
+        if plugin.commands is not None:
+            plugin.commands(commands)
