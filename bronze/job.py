@@ -233,10 +233,10 @@ class BronzeJob(StreamingJob):
 
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
         """Append the batch's rows to ``table``, whose commit of this batch was looked for."""
-        self.append_batch(df, self.locations[table], batch_id, checked=True)
+        self.commits.append(df, self.locations[table], batch_id, checked=True)
 
     def _written(self, table: str, batch_id: int) -> bool:
-        return self.written_before(self.locations[table], batch_id)
+        return self.commits.written_before(self.locations[table], batch_id)
 
     def _record_files(self, batch_id: int, stats: Mapping[str, FileInfo | None],
                       failed: Mapping[str, str], good: Mapping[str, int], bad: Mapping[str, int]
@@ -261,14 +261,14 @@ class BronzeJob(StreamingJob):
         from the whole table. The batch's one append holds all its rows, written now or
         before a restart."""
         location = self.locations[table]
-        version = self.batch_version(location, batch_id) if self.change_feed.get(table) \
+        version = self.commits.version(location, batch_id) if self.change_feed.get(table) \
             else None
         rows = version_rows(self.spark, location, version) if version is not None else \
             self.spark.read.format("delta").load(location)
         return rows_per_file(rows.where(F.col(BATCH_ID) == batch_id), SOURCE_FILE)
 
     # ------------------------------------------------------------------ after the query
-    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+    def finish(self) -> dict[str, int]:
         with timed(self.run_seconds, "reconcile"):
             reconciled = self.reconcile()
         records = sum(b.records for b in self.batches)

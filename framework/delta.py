@@ -109,7 +109,7 @@ def append(df: DataFrame, location: str, writer_id: str, batch_id: int) -> None:
 
     Delta's idempotent-write options (``txnAppId``/``txnVersion``) are not used: in Delta 4.4
     their lookup rebuilds the table's state from its log on every append. A writer that may
-    replay a batch asks :func:`batch_commit` first (see ``StreamingJob.written_before``)."""
+    replay a batch asks :func:`batch_commit` first (see :meth:`BatchCommits.written_before`)."""
     df.write.format("delta").mode("append").option(
         "userMetadata", f"{writer_id}:{batch_id}").save(location)
 
@@ -144,6 +144,61 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
         if len(rows) < limit:  # the whole history is read
             return None
         limit *= 4
+
+
+class BatchCommits:
+    """The appends of one foreachBatch writer, a commit per table and micro-batch, each
+    tagged with the writer and batch (:func:`append`) so that a restart finds it again.
+
+    ``writer_id`` is the streaming query's id, kept in its checkpoint: it names the writer
+    across restarts and changes when the checkpoint is reset, so a new history is never
+    skipped. ``replayable`` holds the batches the checkpoint had planned but not committed
+    when the run started: only these can have been written, wholly or in part, before.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.writer_id: str | None = None
+        self.replayable: range = range(0)
+        self._versions: dict[tuple[str, int], int] = {}
+
+    def written_before(self, location: str, batch_id: int) -> bool:
+        """Whether this batch was appended to the Delta table at ``location`` before a
+        restart.
+
+        Only a replayable batch can have been: the source plans each batch once, in order,
+        and a batch fails the query rather than being retried within it. Such a batch's
+        earlier append is found by its commit's tag. Every other batch is appended without
+        asking, which spares Delta the rebuild of the table's state that its own idempotent
+        writes (``txnAppId``) cost on every append.
+        """
+        return batch_id in self.replayable and self.version(location, batch_id) is not None
+
+    def version(self, location: str, batch_id: int) -> int | None:
+        """The version of this writer's commit of ``batch_id`` in the Delta table at
+        ``location`` (:func:`batch_commit`), None while there is none; a version found is
+        kept, so a batch asks the table's history once."""
+        key = (location, batch_id)
+        if key not in self._versions:
+            version = batch_commit(self.spark, location, self._writer(), batch_id)
+            if version is None:
+                return None
+            self._versions[key] = version
+        return self._versions[key]
+
+    def append(self, df: DataFrame, location: str, batch_id: int, *,
+               checked: bool = False) -> None:
+        """Append ``df`` to the Delta table at ``location`` as this batch's one commit,
+        unless the batch was appended before a restart (``checked``: the caller already
+        asked :meth:`written_before`)."""
+        if not checked and self.written_before(location, batch_id):
+            return
+        append(df, location, self._writer(), batch_id)
+
+    def _writer(self) -> str:
+        if self.writer_id is None:
+            raise RuntimeError("the writer's query has not started: no writer id yet")
+        return self.writer_id
 
 
 def change_feed_enabled(spark: SparkSession, location: str) -> bool:

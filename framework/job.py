@@ -1,13 +1,17 @@
 """The lifecycle every layer's job follows: a template method around a streaming query.
 
-``StreamingJob.run()`` calls the steps in order, each a small protected method::
+``Job.run()`` calls the steps in order, each a small protected method::
 
     prepare()          create the schema and the tables the job writes (idempotent)
-    read()             the streaming source DataFrame
-    transform(df)      pure DataFrame -> DataFrame (default: unchanged)
-    write(df)          a DataStreamWriter (sink, foreachBatch...), without trigger or checkpoint
-    -> started here with the table's own checkpoint, the trigger policy and a query name
-    finish(progress)   after the query ends: reconcile, count; returns counts for the summary
+    execute()          the work; a StreamingJob runs one streaming query:
+      read()             the streaming source DataFrame
+      transform(df)      pure DataFrame -> DataFrame (default: unchanged)
+      write(df)          a DataStreamWriter (sink, foreachBatch...), without trigger or
+                         checkpoint; started here with the table's own checkpoint, the
+                         trigger policy and a query name, then awaited
+    release()          always: stop what still runs (the query)
+    report(summary)    what ran (the query's batches and rows)
+    finish()           after the work ends: reconcile, count; returns counts for the summary
 
 Errors in a step are re-raised as :class:`~framework.errors.JobError` naming the table and the
 step. A stop request (SIGTERM/SIGINT) lets the batch in flight commit, then stops the query.
@@ -33,7 +37,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer, Table
-from framework.delta import append, batch_commit
+from framework.delta import BatchCommits
 from framework.errors import JobError, MedallionError, QueryFailedError
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.identifiers import quote_name
@@ -83,16 +87,19 @@ class StopSignal:
 
     @contextlib.contextmanager
     def on_signals(self, *signums: int) -> Iterator[StopSignal]:
-        """Turn the signals into a stop request while inside; a second signal interrupts."""
-        log = get_logger()
+        """Turn the signals into a stop request while inside; a second signal interrupts
+        (:class:`KeyboardInterrupt`, whose text is the signal's name).
+
+        The handler only records: Python runs it between two bytecodes of the main thread,
+        which may hold a lock at that moment (the log's own, say), so whatever it logs is
+        logged by the job that notices the request (``job.stop.requested``,
+        ``job.stop.forced``)."""
         previous = {s: signal.getsignal(s) for s in signums}
 
         def handler(signum: int, frame: Any) -> None:
             name = signal.Signals(signum).name
             if self.is_set():
-                log.warning("job.stop.forced", signal=name)
                 raise KeyboardInterrupt(name)
-            log.warning("job.stop.requested", signal=name)
             self.request(name)
 
         for s in signums:
@@ -184,8 +191,9 @@ class RunSummary:
         return "\n".join([title, render_table(head, rows, sep="  "), *notes])
 
 
-class StreamingJob(ABC):
-    """Base of every layer's job; subclasses implement ``read`` and ``write``."""
+class Job(ABC):
+    """The lifecycle of every layer's job: a template method (:meth:`run`) around the steps a
+    subclass implements, always ending in one summary."""
 
     layer: ClassVar[Layer]
 
@@ -193,64 +201,44 @@ class StreamingJob(ABC):
         self.spark = spark
         self.table = table
         self.ctx = ctx
-        self.query_name = f"{self.layer.value}.{table.name}"
         self.log = get_logger(
             env=table.env.name, layer=self.layer.value, table=table.full_name, run_id=ctx.run_id
         )
-        self.listener = ProgressListener.install(spark)
-        # The job's own file operations (checkpoint logs, landing files): through the
-        # session's Hadoop file system, whatever the lake's scheme, with Spark's credentials.
-        self.files = storage_for(table.env.root, table.env, spark)
-        # Why a micro-batch failed, in words, when the job knows better than the stack trace
-        # Spark wraps around it (a broken expectation, say).
-        self.batch_error: str | None = None
-        # Batches that may have run, wholly or in part, before a restart (planned in the
-        # checkpoint, not committed): only these can find their writes already done.
-        self.replayable: range = range(0)
-        # The query's id, kept in the checkpoint: it names this writer across restarts (and
-        # changes when the checkpoint is reset, so a new history is never skipped).
-        self.writer_id: str | None = None
-        self._batch_versions: dict[tuple[str, int], int] = {}  # see batch_version
+        # Set once the job may have written something: a failure after that still runs
+        # ``finish``, which settles what was written.
+        self.started = False
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
-        """Run the table's query to completion (or to a stop request) and summarise it."""
-        started = time.monotonic()
+        """Run the table's job to completion (or to a stop request) and summarise it."""
+        began = time.monotonic()
         summary = TableRunSummary(self.table.full_name, self.layer.value, RunStatus.SUCCEEDED)
-        self.log.info("job.started", trigger="continuous" if self.ctx.trigger.continuous
-                      else "availableNow")
-        query: StreamingQuery | None = None
+        self.log.info("job.started", **self.describe())
         interrupted = False
         try:
             self._step("prepare", self.prepare)
-            source = self._step("read", self.read)
-            result = self._step("transform", self.transform, source)
-            writer = self._step("write", self.write, result)
-            query = self._start(writer)
-            summary.status = self._await(query)
+            summary.status = self.execute()
         except MedallionError as exc:
             summary.status, summary.error = RunStatus.FAILED, str(exc)
             self.log.error("job.failed", step=getattr(exc, "step", None), error=str(exc))
         except (Exception, KeyboardInterrupt) as exc:
             # A Py4J error (the JVM gone), a bug, or a second stop signal: the run still ends
-            # with its query stopped and a summary, failed.
+            # with its work stopped and a summary, failed.
             interrupted = isinstance(exc, KeyboardInterrupt)
+            if interrupted:
+                self.log.warning("job.stop.forced", signal=str(exc) or "SIGINT")
             why = "interrupted by a second signal" if interrupted \
                 else f"{type(exc).__name__}: {_first_line(exc)}"
             summary.status, summary.error = RunStatus.FAILED, why
             self.log.error("job.failed", step="run", error=why)
         finally:
-            self._stop_quietly(query)
-        progress = self._collect(query) if not interrupted else []
-        summary.batches = len(progress)
-        if progress:
-            summary.first_batch = progress[0].batch_id
-            summary.last_batch = progress[-1].batch_id
-        summary.rows_in = sum(p.input_rows for p in progress)
+            self.release()
         # After a forced interrupt nothing more runs: the next run settles what this one left.
-        if not interrupted and (summary.status is not RunStatus.FAILED or query is not None):
+        if not interrupted:
+            self.report(summary)
+        if not interrupted and (summary.status is not RunStatus.FAILED or self.started):
             try:
-                summary.counts = self._step("finish", self.finish, progress)
+                summary.counts = self._step("finish", self.finish)
             except MedallionError as exc:
                 summary.status, summary.error = RunStatus.FAILED, str(exc)
                 self.log.error("job.failed", step="finish", error=str(exc))
@@ -262,20 +250,94 @@ class StreamingJob(ABC):
         # Spark counts a source's rows once per action on the batch; a job that reads the
         # batch more than once reports its own figure.
         summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
-        summary.duration_s = time.monotonic() - started
+        summary.duration_s = time.monotonic() - began
         self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
                                          if k not in ("table", "layer")})
         return summary
 
     # ------------------------------------------------------------------ steps
+    def describe(self) -> dict[str, Any]:
+        """Fields of the ``job.started`` event; none by default."""
+        return {}
+
     def prepare(self) -> None:
-        """Create what the job writes; the default creates the layer's schema and finds the
-        batches a restart may replay."""
+        """Create what the job writes; the default creates the layer's schema."""
         self.spark.sql("CREATE SCHEMA IF NOT EXISTS "
                        + quote_name(f"{self.table.env.catalog}.{self.table.schema}"))
+
+    @abstractmethod
+    def execute(self) -> RunStatus:
+        """Do the job's work; SUCCEEDED, or STOPPED on a stop request. A failure raises."""
+
+    def release(self) -> None:  # noqa: B027 (an optional hook)
+        """Stop what :meth:`execute` left running, whatever happened; nothing by default."""
+
+    def report(self, summary: TableRunSummary) -> None:  # noqa: B027 (an optional hook)
+        """Add what ran (batches, rows read) to the summary; nothing by default."""
+
+    def finish(self) -> dict[str, int]:
+        """After the work: reconcile and count. ``rows_in`` and ``rows_out``, if present, go
+        to the summary's columns; the rest is shown as counts."""
+        return {}
+
+    def _step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``; a failure becomes a :class:`JobError` naming the table and step."""
+        try:
+            return fn(*args)
+        except JobError:
+            raise
+        except Exception as exc:
+            raise JobError(self.table.full_name, name, exc) from exc
+
+
+class StreamingJob(Job):
+    """Base of the layers' streaming jobs; subclasses implement ``read`` and ``write``."""
+
+    def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
+        super().__init__(spark, table, ctx)
+        self.query_name = f"{self.layer.value}.{table.name}"
+        self.listener = ProgressListener.install(spark)
+        # The job's own file operations (checkpoint logs, landing files): through the
+        # session's Hadoop file system, whatever the lake's scheme, with Spark's credentials.
+        self.files = storage_for(table.env.root, table.env, spark)
+        # Why a micro-batch failed, in words, when the job knows better than the stack trace
+        # Spark wraps around it (a broken expectation, say).
+        self.batch_error: str | None = None
+        # The tagged appends of a foreachBatch writer, found again after a restart.
+        self.commits = BatchCommits(spark)
+        self.query: StreamingQuery | None = None
+        # The executed micro-batches' progress, once the query has ended (see ``report``).
+        self.progress: list[BatchProgress] = []
+
+    def describe(self) -> dict[str, Any]:
+        return {"trigger": "continuous" if self.ctx.trigger.continuous else "availableNow"}
+
+    def prepare(self) -> None:
+        """Create the layer's schema and find the batches a restart may replay."""
+        super().prepare()
         checkpoint = self.table.checkpoint
-        self.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
-                                last_planned_batch(checkpoint, self.files) + 1)
+        self.commits.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
+                                        last_planned_batch(checkpoint, self.files) + 1)
+
+    def execute(self) -> RunStatus:
+        """Read, transform and write as one streaming query, and wait for it to end."""
+        source = self._step("read", self.read)
+        result = self._step("transform", self.transform, source)
+        writer = self._step("write", self.write, result)
+        self.query = self._start(writer)
+        self.started = True
+        return self._await(self.query)
+
+    def release(self) -> None:
+        self._stop_quietly(self.query)
+
+    def report(self, summary: TableRunSummary) -> None:
+        self.progress = self._collect(self.query)
+        summary.batches = len(self.progress)
+        if self.progress:
+            summary.first_batch = self.progress[0].batch_id
+            summary.last_batch = self.progress[-1].batch_id
+        summary.rows_in = sum(p.input_rows for p in self.progress)
 
     @abstractmethod
     def read(self) -> DataFrame:
@@ -326,42 +388,6 @@ class StreamingJob(ABC):
         """Rows written by :meth:`delta_sink` over the batches of ``progress``."""
         return sum(int(p.observed.get(self._observation, {}).get("rows", 0)) for p in progress)
 
-    def written_before(self, location: str, batch_id: int) -> bool:
-        """Whether this batch was appended (:meth:`append_batch`) to the Delta table at
-        ``location`` before a restart.
-
-        Only a batch the checkpoint had planned but not committed when the run started can
-        have been: the source plans each batch once, in order, and a batch fails the query
-        rather than being retried within it. Such a batch's earlier append is found by its
-        commit's tag. Every other batch is appended without asking, which spares Delta the
-        rebuild of the table's state that its own idempotent writes (``txnAppId``) cost on
-        every append.
-        """
-        return batch_id in self.replayable and self.batch_version(location, batch_id) is not None
-
-    def batch_version(self, location: str, batch_id: int) -> int | None:
-        """The version of this writer's commit of ``batch_id`` in the Delta table at
-        ``location`` (:func:`framework.delta.batch_commit`), None while there is none; a
-        version found is kept, so a batch asks the table's history once."""
-        key = (location, batch_id)
-        if key not in self._batch_versions:
-            assert self.writer_id is not None
-            version = batch_commit(self.spark, location, self.writer_id, batch_id)
-            if version is None:
-                return None
-            self._batch_versions[key] = version
-        return self._batch_versions[key]
-
-    def append_batch(self, df: DataFrame, location: str, batch_id: int, *,
-                     checked: bool = False) -> None:
-        """Append ``df`` to the Delta table at ``location`` as this batch's one commit, tagged
-        with the writer and batch, unless the batch was appended before a restart
-        (``checked``: the caller already asked :meth:`written_before`)."""
-        if not checked and self.written_before(location, batch_id):
-            return
-        assert self.writer_id is not None
-        append(df, location, self.writer_id, batch_id)
-
     @property
     def _observation(self) -> str:
         return f"{self.layer.value}_{self.table.name}_written"
@@ -374,26 +400,13 @@ class StreamingJob(ABC):
     def write(self, df: DataFrame) -> DataStreamWriter:
         """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
 
-    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
-        """After the query: reconcile and count. ``rows_in`` and ``rows_out``, if present, go
-        to the summary's columns; the rest is shown as counts."""
-        return {}
-
     # ------------------------------------------------------------------ machinery
-    def _step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except JobError:
-            raise
-        except Exception as exc:
-            raise JobError(self.table.full_name, name, exc) from exc
-
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
         self.listener.register(self.query_name, self.log, self.batch_rows, self.on_batch)
         query = self._step("start", writer.queryName(self.query_name).start)
-        self.writer_id = str(query.id)
+        self.commits.writer_id = str(query.id)
         self.on_started(query)
         return query
 
@@ -402,10 +415,10 @@ class StreamingJob(ABC):
         batch more than once (Spark counts the source's rows once per action)."""
         return progress.input_rows
 
-    def on_started(self, query: StreamingQuery) -> None:  # noqa: B027 (an optional hook)
+    def on_started(self, query: StreamingQuery) -> None:
         """Called once the query has started (its id is known); nothing by default."""
 
-    def on_batch(self, progress: BatchProgress) -> None:  # noqa: B027 (an optional hook)
+    def on_batch(self, progress: BatchProgress) -> None:
         """Called with each micro-batch's progress, on the listener's thread; nothing by
         default."""
 
@@ -432,6 +445,7 @@ class StreamingJob(ABC):
     def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
         """Let the batch in flight commit, then stop; a batch started after it is cancelled
         before it commits and re-runs from its logged offsets on the next start."""
+        self.log.warning("job.stop.requested", reason=self.ctx.stop.reason)
         last = _last_batch(query)
         deadline = time.monotonic() + self.ctx.stop_grace_seconds
         while query.isActive and time.monotonic() < deadline:

@@ -9,9 +9,11 @@ A layer is a package that declares a :class:`LayerPlugin` under the entry point 
 
 The plugin gives:
 
-- ``spec``: the pydantic model of the layer's table specs (``conf/tables/<layer>/*.yaml``);
+- ``spec``: the pydantic model of the layer's table specs (``conf/tables/<layer>/*.yaml``), or,
+  for a layer with several kinds of table, :class:`Kinds`: a model per value of the layer's
+  kind Enum, chosen by the spec's ``kind`` key;
 - ``job``: the job class that runs a table, from its spec (a layer with several kinds of table
-  chooses by the spec's kind, an Enum of the layer);
+  chooses by the spec's kind);
 - ``planner``: how ``medallion validate`` derives a table's schema from its inputs' (optional);
 - ``commands``: the layer's own ``medallion`` sub-commands (optional).
 
@@ -26,11 +28,12 @@ import argparse
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from framework.config.model import Layer
-from framework.errors import ConfigError
+from framework.errors import ConfigError, WrongTypeError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,14 +68,39 @@ class Commands(Protocol):
 
 
 @dataclass(frozen=True)
+class Kinds:
+    """A layer's kinds of table: the spec model of each value of the layer's kind Enum, chosen
+    by the spec's ``kind`` key (``default`` when it has none). Each model declares its own
+    ``kind`` as a ``Literal`` of its value."""
+
+    specs: Mapping[StrEnum, type[TableSpec]]
+    default: StrEnum
+    key: str = "kind"
+
+    def model(self, data: Mapping[str, Any]) -> type[TableSpec]:
+        """The model for the spec ``data``; a clear error for a kind the layer does not have."""
+        value = data.get(self.key, self.default.value)
+        for kind, model in self.specs.items():
+            if value == kind.value:
+                return model
+        valid = ", ".join(kind.value for kind in self.specs)
+        raise WrongTypeError(f"expected one of {valid}, found {value!r}", key=self.key)
+
+
+@dataclass(frozen=True)
 class LayerPlugin:
     """A layer's implementation (see the module's text)."""
 
     layer: Layer
-    spec: type[TableSpec]
+    spec: type[TableSpec] | Kinds
     job: Callable[[TableSpec], JobFactory]
     planner: Callable[[], Planner] | None = None
     commands: Callable[[Commands], None] | None = None
+
+    @property
+    def models(self) -> list[type[TableSpec]]:
+        """Every spec model of the layer (one per kind of table)."""
+        return list(self.spec.specs.values()) if isinstance(self.spec, Kinds) else [self.spec]
 
 
 @functools.cache
@@ -102,9 +130,10 @@ def plugin(layer: Layer) -> LayerPlugin:
         ) from None
 
 
-def spec_class(layer: Layer) -> type[TableSpec]:
-    """The pydantic model that validates a table spec of ``layer``."""
-    return plugin(layer).spec
+def spec_model(layer: Layer, data: Mapping[str, Any]) -> type[TableSpec]:
+    """The pydantic model that validates the table spec ``data`` of ``layer``."""
+    spec = plugin(layer).spec
+    return spec.model(data) if isinstance(spec, Kinds) else spec
 
 
 def job_class(table: Table) -> JobFactory:

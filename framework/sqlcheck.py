@@ -15,13 +15,14 @@ functions exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.logger import PySparkLogger
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText
@@ -107,6 +108,25 @@ def analysis_problem(build: Callable[..., Any], *args: Any, any_column: bool = F
             return None
         return first_line(exc)
     return None
+
+
+def grouping_problems(df: DataFrame, described: str, columns: Sequence[tuple[str, str]],
+                      aggregates: Sequence[tuple[str, str]]) -> list[ConfigError]:
+    """The problems of a grouping over ``df`` (``described`` in the messages): each
+    ``(key, column)`` of ``columns`` must be a column of ``df``, each ``(key, expression)`` of
+    ``aggregates`` an aggregate over its columns."""
+    problems = []
+    for key, column in columns:
+        reason = analysis_problem(lambda col: df.select(F.col(col)), column)
+        if reason:
+            problems.append(ConfigError(f"expected a column of {described}, found {column!r}: "
+                                        f"{reason}", key=key))
+    for key, text in aggregates:
+        reason = analysis_problem(lambda t: df.groupBy().agg(F.expr(t)), text)
+        if reason:
+            problems.append(ConfigError(f"expected an aggregate over the columns of "
+                                        f"{described}, found {text!r}: {reason}", key=key))
+    return problems
 
 
 def quiet_query_loggers() -> Any:

@@ -16,7 +16,7 @@ batch's watermark is excluded and counted from the state operator's metrics
 rows of one window and key in one batch count once). A row a little less late still counts
 into its window, even if that window is finalised in the same batch.
 
-A mart is a catalog view of the fact joined to its dimensions (see :mod:`gold.spec`).
+Marts, the fact joined to its dimensions, are :mod:`gold.mart`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ from framework.config.model import Layer, Table
 from framework.delta import create_table
 from framework.errors import ConfigError
 from framework.eventtime import describe_seconds, interval_seconds
+from framework.identifiers import quote
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
-from framework.sqlcheck import analysis_problem
-from gold.spec import GoldTableSpec, Kind, OutputMode, WindowType
+from framework.sqlcheck import grouping_problems
+from gold.spec import AggregateSpec, OutputMode, WindowType
 
 DEFAULT_COMMENTS = {
     "window_start": "Start of the event-time window (inclusive)",
@@ -56,31 +57,19 @@ def _instant(text: str | None) -> datetime | None:
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
     """An aggregate's event time, keys and aggregates resolved against its source's schema,
-    and its own schema derived; a mart's joins, filter, keys and aggregates against its fact's
-    and dimensions' (``framework.layers.Planner``). None where an input is not known."""
-    spec = cast(GoldTableSpec, table.spec)
-    if spec.kind is Kind.MART:
-        return _planned_mart(spark, table, inputs)
+    and its own schema derived (``framework.layers.Planner``); None when the source's schema
+    is not known."""
+    spec = cast(AggregateSpec, table.spec)
     src = spec.source
-    source = inputs.get((src.layer, src.table)) if src else None
-    if src is None or source is None:
+    source = inputs.get((src.layer, src.table))
+    if source is None:
         return None, []
     df = spark.createDataFrame([], source)
     name = table.env.table_name(src.layer, src.table)
-    columns = [("event_time", spec.event_time)] if spec.event_time else []
+    columns = [("event_time", spec.event_time)]
     columns += [(f"group_by[{i}]", key) for i, key in enumerate(spec.group_by)]
-    problems = []
-    for key, column in columns:
-        reason = analysis_problem(lambda col: df.select(F.col(col)), column)
-        if reason:
-            problems.append(ConfigError(f"expected a column of {name}, found {column!r}: "
-                                        f"{reason}", key=key))
-    for i, a in enumerate(spec.aggregates):
-        reason = analysis_problem(lambda text: df.groupBy().agg(F.expr(text)), a.expr)
-        if reason:
-            problems.append(ConfigError(f"expected an aggregate over the columns of {name}, "
-                                        f"found {a.expr!r}: {reason}",
-                                        key=f"aggregates[{i}].expr"))
+    problems = grouping_problems(df, name, columns, [
+        (f"aggregates[{i}].expr", a.expr) for i, a in enumerate(spec.aggregates)])
     try:
         if not problems:
             return aggregate_windows(df, spec).schema, problems
@@ -99,54 +88,7 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     return StructType(fields), problems
 
 
-def _planned_mart(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
-                  StructType]) -> tuple[StructType | None, list[ConfigError]]:
-    """The mart's query (:class:`gold.mart.MartPlan`) on empty tables of its inputs' schemas:
-    join keys and columns the tables lack, then ``where``, ``group_by`` and each aggregate
-    resolved against the joined columns."""
-    from gold.mart import MartPlan
-
-    spec = cast(GoldTableSpec, table.spec)
-    refs = [(spec.fact.layer, spec.fact.table)] if spec.fact else []
-    refs += [(d.layer, d.table) for d in spec.dimensions]
-    if not refs or any(ref not in inputs for ref in refs):
-        return None, []
-    views = [f"_medallion_plan_{table.name}_{i}" for i in range(len(refs))]
-    for view, ref in zip(views, refs, strict=True):
-        spark.createDataFrame([], inputs[ref]).createOrReplaceTempView(view)
-    try:
-        listed = [[(f.name, "") for f in inputs[ref].fields] for ref in refs]
-        problems, plan = MartPlan.checked(spec, views[0], views[1:], listed[0], listed[1:])
-        if problems:
-            return None, problems
-        joined = spark.sql(plan.joined())
-        names = ", ".join(joined.columns)
-        if spec.where:
-            reason = analysis_problem(joined.where, spec.where)
-            if reason:
-                problems.append(ConfigError(f"expected a filter over the mart's columns "
-                                            f"({names}), found {spec.where!r}: {reason}",
-                                            key="where"))
-        for i, key in enumerate(spec.group_by):
-            reason = analysis_problem(lambda col: joined.select(F.col(col)), key)
-            if reason:
-                problems.append(ConfigError(f"expected a column of the mart ({names}), found "
-                                            f"{key!r}: {reason}", key=f"group_by[{i}]"))
-        for i, a in enumerate(spec.aggregates):
-            reason = analysis_problem(lambda text: joined.groupBy().agg(F.expr(text)), a.expr)
-            if reason:
-                problems.append(ConfigError(f"expected an aggregate over the mart's columns "
-                                            f"({names}), found {a.expr!r}: {reason}",
-                                            key=f"aggregates[{i}].expr"))
-        if problems:
-            return None, problems
-        return spark.sql(plan.query()).schema, problems
-    finally:
-        for view in views:
-            spark.catalog.dropTempView(view)
-
-
-def aggregate_windows(df: DataFrame, spec: GoldTableSpec) -> DataFrame:
+def aggregate_windows(df: DataFrame, spec: AggregateSpec) -> DataFrame:
     """``df`` grouped by the spec's event-time window and keys into its aggregates, with the
     window's start, end and date first (the aggregate's columns)."""
     assert spec.event_time and spec.watermark and spec.window  # checked with the config
@@ -177,13 +119,12 @@ class AggregateJob(StreamingJob):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.spec = cast(GoldTableSpec, self.table.spec)
+        self.spec = cast(AggregateSpec, self.table.spec)
         self.merged: dict[str, int] = {"inserted": 0, "updated": 0}
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
         src = self.spec.source
-        assert src is not None  # checked with the config
         return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger,
                                       whole_commits=True)
 
@@ -201,7 +142,6 @@ class AggregateJob(StreamingJob):
         Spark's event-time statistics of the batch's rows): a window it both fills and
         finalises counts rows that, read in a later batch, would have been late."""
         low, high = _instant(progress.event_time_min), _instant(progress.event_time_max)
-        assert self.spec.watermark is not None  # checked with the config
         if low is None or high is None:
             return
         span = (high - low).total_seconds()
@@ -213,7 +153,8 @@ class AggregateJob(StreamingJob):
                                     "rows it read more than the watermark behind its newest "
                                     "were counted because they came in the same batch")
 
-    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+    def finish(self) -> dict[str, int]:
+        progress = self.progress
         late = sum(p.rows_dropped_by_watermark for p in progress)
         counts = {"late_groups_dropped": late,
                   "state_rows": progress[-1].state_rows if progress else 0}
@@ -246,7 +187,7 @@ class AggregateJob(StreamingJob):
     def _merge_batch(self, batch: DataFrame, batch_id: int) -> None:
         """MERGE the batch's windows (one row per window and keys: the aggregate's current
         values) into the table."""
-        on = " AND ".join(f"t.{k} <=> s.{k}" for k in self.spec.merge_keys)
+        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.spec.merge_keys)
         source = batch.persist()  # MERGE may read its source twice: run the state once
         try:
             result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")

@@ -17,9 +17,9 @@ the mart is created. :func:`framework.pruning.explain_pruning` shows the evidenc
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
@@ -28,11 +28,11 @@ from pyspark.sql.types import StructField, StructType
 
 from framework.config.model import Layer, Table
 from framework.delta import create_table, sql_string
-from framework.errors import ConfigError, JobError, MedallionError
+from framework.errors import ConfigError, JobError
 from framework.identifiers import quote, quote_all, quote_name
-from framework.job import RunContext, RunStatus, TableRunSummary
-from framework.logging import get_logger
-from gold.spec import GoldTableSpec, JoinType
+from framework.job import Job, RunContext, RunStatus
+from framework.sqlcheck import analysis_problem, grouping_problems
+from gold.spec import JoinType, MartSpec
 
 ColumnList = list[tuple[str, str]]  # (name, comment)
 
@@ -46,13 +46,13 @@ class MartPlan:
     and, on empty tables, by ``medallion validate``; a problem is a :class:`ConfigError` whose
     key is the spec's."""
 
-    spec: GoldTableSpec
+    spec: MartSpec
     fact: str
     dims: tuple[str, ...]
     columns: tuple[tuple[str, str, str], ...]  # (expression in the join, name, comment)
 
     @classmethod
-    def of(cls, spec: GoldTableSpec, fact: str, dims: list[str], fact_columns: ColumnList,
+    def of(cls, spec: MartSpec, fact: str, dims: list[str], fact_columns: ColumnList,
            dim_columns: list[ColumnList]) -> MartPlan:
         """The plan; raises the first problem (:meth:`checked` gives all of them)."""
         problems, plan = cls.checked(spec, fact, dims, fact_columns, dim_columns)
@@ -61,7 +61,7 @@ class MartPlan:
         return plan
 
     @classmethod
-    def checked(cls, spec: GoldTableSpec, fact: str, dims: list[str], fact_columns: ColumnList,
+    def checked(cls, spec: MartSpec, fact: str, dims: list[str], fact_columns: ColumnList,
                 dim_columns: list[ColumnList]) -> tuple[list[ConfigError], MartPlan]:
         """The plan with what it cannot join: keys and columns the tables do not have."""
         problems: list[ConfigError] = []
@@ -129,53 +129,43 @@ class MartPlan:
                 *((a.name, a.comment or f"{a.expr} per group") for a in self.spec.aggregates)]
 
 
-class MartJob:
+class MartJob(Job):
     """Creates (or replaces) the mart's view, or rebuilds its table incrementally
-    (``materialize: true``); the same summary as a streaming job."""
+    (``materialize: true``)."""
+
+    layer: ClassVar[Layer] = Layer.GOLD
 
     def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
-        self.spark = spark
-        self.table = table
-        self.spec = cast(GoldTableSpec, table.spec)
-        self.log = get_logger(env=table.env.name, layer=Layer.GOLD.value,
-                              table=table.full_name, run_id=ctx.run_id)
+        super().__init__(spark, table, ctx)
+        self.spec = cast(MartSpec, table.spec)
+        self.counts: dict[str, int] = {}
 
-    def run(self) -> TableRunSummary:
-        started = time.monotonic()
-        summary = TableRunSummary(self.table.full_name, Layer.GOLD.value, RunStatus.SUCCEEDED)
-        try:
-            summary.counts = self._build()
-        except MedallionError as exc:
-            summary.status, summary.error = RunStatus.FAILED, str(exc)
-            self.log.error("job.failed", step="mart", error=str(exc))
-        except Exception as exc:
-            error = JobError(self.table.full_name, "mart", exc)
-            summary.status, summary.error = RunStatus.FAILED, str(error)
-            self.log.error("job.failed", step="mart", error=str(error))
-        summary.duration_s = time.monotonic() - started
-        self.log.info("job.finished", status=summary.status.value, counts=summary.counts)
-        return summary
+    def prepare(self) -> None:
+        """The schema, once the tables the mart joins exist."""
+        for layer, name in self.spec.upstream():
+            self._require(self._name(layer, name))
+        super().prepare()
+
+    def execute(self) -> RunStatus:
+        self.counts = self._step("build", self._build)
+        return RunStatus.SUCCEEDED
+
+    def finish(self) -> dict[str, int]:
+        return self.counts
 
     # ------------------------------------------------------------------ the join
     def _name(self, layer: Layer, name: str) -> str:
         return self.table.env.table_name(layer, name)
 
     def _build(self) -> dict[str, int]:
-        fact_ref = self.spec.fact
-        assert fact_ref is not None  # checked with the config
-        fact = self._name(fact_ref.layer, fact_ref.table)
-        self._require(fact)
-        self.spark.sql("CREATE SCHEMA IF NOT EXISTS "
-                       + quote_name(f"{self.table.env.catalog}.{self.table.schema}"))
+        fact = self._name(self.spec.fact.layer, self.spec.fact.table)
         dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
-        for name in dims:
-            self._require(name)
         listed = [[(c.name, c.description or "") for c in self.spark.catalog.listColumns(n)]
                   for n in (fact, *dims)]
         try:
             plan = MartPlan.of(self.spec, fact, dims, listed[0], listed[1:])
         except ConfigError as exc:
-            raise JobError(self.table.full_name, "mart", exc.detail) from exc
+            raise JobError(self.table.full_name, "build", exc.detail) from exc
         threshold = _bytes(self.spark.conf.get("spark.sql.autoBroadcastJoinThreshold") or "10MB")
         counts = {"dimensions": len(self.spec.dimensions), "dimensions_too_big_to_broadcast": 0}
         for name in dims:
@@ -256,7 +246,7 @@ class MartJob:
 
     def _require(self, name: str) -> None:
         if not self.spark.catalog.tableExists(name):
-            raise JobError(self.table.full_name, "mart",
+            raise JobError(self.table.full_name, "prepare",
                            f"expected table {name} to exist, found none (run its layer first)")
 
     def _size(self, name: str) -> int:
@@ -264,6 +254,43 @@ class MartJob:
         broadcast threshold."""
         plan = self.spark.table(name)._jdf.queryExecution().optimizedPlan()
         return int(str(plan.stats().sizeInBytes()))
+
+
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                  StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The mart's query (:class:`gold.mart.MartPlan`) on empty tables of its inputs' schemas:
+    join keys and columns the tables lack, then ``where``, ``group_by`` and each aggregate
+    resolved against the joined columns (``framework.layers.Planner``)."""
+    spec = cast(MartSpec, table.spec)
+    refs = spec.upstream()
+    if any(ref not in inputs for ref in refs):
+        return None, []
+    views = [f"_medallion_plan_{table.name}_{i}" for i in range(len(refs))]
+    for view, ref in zip(views, refs, strict=True):
+        spark.createDataFrame([], inputs[ref]).createOrReplaceTempView(view)
+    try:
+        listed = [[(f.name, "") for f in inputs[ref].fields] for ref in refs]
+        problems, plan = MartPlan.checked(spec, views[0], views[1:], listed[0], listed[1:])
+        if problems:
+            return None, problems
+        joined = spark.sql(plan.joined())
+        names = ", ".join(joined.columns)
+        if spec.where:
+            reason = analysis_problem(joined.where, spec.where)
+            if reason:
+                problems.append(ConfigError(f"expected a filter over the mart's columns "
+                                            f"({names}), found {spec.where!r}: {reason}",
+                                            key="where"))
+        problems += grouping_problems(
+            joined, f"the mart ({names})",
+            [(f"group_by[{i}]", key) for i, key in enumerate(spec.group_by)],
+            [(f"aggregates[{i}].expr", a.expr) for i, a in enumerate(spec.aggregates)])
+        if problems:
+            return None, problems
+        return spark.sql(plan.query()).schema, problems
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
 
 
 def _detail(spark: SparkSession, name: str) -> dict[str, Any]:

@@ -41,8 +41,9 @@ partitions (dynamic partition pruning) and the answer is never stale::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -50,6 +51,7 @@ from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import split_commits_advice
+from framework.layers import Kinds
 from silver.spec import INTERVAL
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
@@ -170,50 +172,59 @@ def _with_layer(value: Any, layer: Layer) -> Any:
     return value
 
 
-class GoldTableSpec(TableSpec):
-    """A gold table: a streaming windowed aggregate, or a mart view over a fact and its
-    dimensions."""
+class GoldSpec(TableSpec):
+    """What both kinds of gold table have: the spec's kind, and optionally a grouping into
+    aggregates."""
 
     layer: ClassVar[Layer] = Layer.GOLD
 
-    kind: Kind = Kind.AGGREGATE
-    # aggregate
-    source: TableRef | None = None
-    event_time: Identifier | None = None
-    watermark: str | None = None
-    window: WindowSpec | None = None
+    kind: Kind
     group_by: list[Identifier] = Field(default_factory=list)
     aggregates: list[Aggregate] = Field(default_factory=list)
+
+    @property
+    def output_columns(self) -> list[str]:
+        """The columns the grouping makes, in order: the group keys, then the aggregates."""
+        return [*self.group_by, *(a.name for a in self.aggregates)]
+
+    def sql_texts(self) -> list[SqlText]:
+        return [SqlText(f"aggregates[{i}].expr", SqlKind.EXPRESSION, a.expr)
+                for i, a in enumerate(self.aggregates)]
+
+    def _unique_columns(self, problem: Callable[[str, str], None]) -> None:
+        out = self.output_columns
+        for dup in sorted({c for c in out if out.count(c) > 1}):
+            problem("aggregates", f"expected unique output column names, found {dup!r} twice")
+
+
+class AggregateSpec(GoldSpec):
+    """A streaming windowed aggregate of a silver (or gold) table."""
+
+    kind: Literal[Kind.AGGREGATE] = Kind.AGGREGATE
+    source: TableRef
+    event_time: Identifier
+    watermark: str
+    window: WindowSpec
+    aggregates: list[Aggregate] = Field(min_length=1)
     output_mode: OutputMode = OutputMode.APPEND
     partition_by: list[Identifier] = Field(default_factory=list)
     comments: dict[Identifier, str] = Field(default_factory=dict)
-    # mart
-    fact: TableRef | None = None
-    dimensions: list[Dimension] = Field(default_factory=list)
-    where: str | None = None  # a filter on the joined rows (mart columns), before any grouping
-    materialize: bool = False  # a Delta table rebuilt incrementally instead of a view
 
     @field_validator("source", mode="before")
     @classmethod
     def _short_source(cls, value: Any) -> Any:
         return _with_layer(value, Layer.SILVER)
 
-    @field_validator("fact", mode="before")
-    @classmethod
-    def _short_fact(cls, value: Any) -> Any:
-        return _with_layer(value, Layer.GOLD)
-
     @field_validator("watermark")
     @classmethod
-    def _watermark_interval(cls, value: str | None) -> str | None:
-        return _interval(value)
+    def _watermark_interval(cls, value: str) -> str:
+        _interval(value)
+        return value
 
     @property
     def output_columns(self) -> list[str]:
-        """The aggregate's columns, in order (a mart with aggregates: its group keys, then
-        the aggregates)."""
-        window = WINDOW_COLUMNS if self.kind is Kind.AGGREGATE else ()
-        return [*window, *self.group_by, *(a.name for a in self.aggregates)]
+        """The aggregate's columns, in order: the window's, the group keys, the aggregates."""
+        return [*WINDOW_COLUMNS, *super().output_columns]
 
     @property
     def merge_keys(self) -> list[str]:
@@ -221,30 +232,61 @@ class GoldTableSpec(TableSpec):
         return ["window_start", "window_end", *self.group_by]
 
     def upstream(self) -> list[tuple[Layer, str]]:
-        refs: list[TableRef | Dimension | None] = [self.source, self.fact, *self.dimensions]
-        return [(r.layer, r.table) for r in refs if r is not None]
+        return [(self.source.layer, self.source.table)]
+
+    def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        src = self.source
+        return split_commits_advice(table.full_name, project.env.table_name(
+            src.layer, src.table), "aggregates event-time windows with a watermark",
+            src.max_files_per_trigger, None)
+
+    def check(self, table: Table) -> list[ConfigError]:
+        problems: list[ConfigError] = []
+
+        def problem(key: str, message: str) -> None:
+            problems.append(ConfigError(message, key=key))
+
+        if self.window.type is WindowType.SESSION and self.output_mode is OutputMode.UPDATE:
+            problem("output_mode", "expected output_mode append for a session window (a "
+                    "session's bounds move as it grows, so a row merged by its bounds would "
+                    "leave the shorter session behind), found update")
+        self._unique_columns(problem)
+        out = self.output_columns
+        for key, cols in (("partition_by", self.partition_by),
+                          ("comments", list(self.comments))):
+            missing = [c for c in cols if c not in out]
+            if missing:
+                problem(key, f"expected columns among the output columns ({', '.join(out)}), "
+                        f"found {', '.join(missing)}")
+        return problems
+
+
+class MartSpec(GoldSpec):
+    """A mart: a fact joined to its dimensions, as a view or a materialized table."""
+
+    kind: Literal[Kind.MART]
+    fact: TableRef
+    dimensions: list[Dimension] = Field(min_length=1)
+    where: str | None = None  # a filter on the joined rows (mart columns), before any grouping
+    materialize: bool = False  # a Delta table rebuilt incrementally instead of a view
+
+    @field_validator("fact", mode="before")
+    @classmethod
+    def _short_fact(cls, value: Any) -> Any:
+        return _with_layer(value, Layer.GOLD)
+
+    def upstream(self) -> list[tuple[Layer, str]]:
+        return [(self.fact.layer, self.fact.table),
+                *((d.layer, d.table) for d in self.dimensions)]
 
     def sql_texts(self) -> list[SqlText]:
-        texts = [SqlText(f"aggregates[{i}].expr", SqlKind.EXPRESSION, a.expr)
-                 for i, a in enumerate(self.aggregates)]
+        texts = super().sql_texts()
         if self.where:
             texts.append(SqlText("where", SqlKind.EXPRESSION, self.where))
         return texts
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
-        if self.kind is not Kind.MART:
-            src = self.source
-            if src is None:
-                return []
-            return split_commits_advice(table.full_name, project.env.table_name(
-                src.layer, src.table), "aggregates event-time windows with a watermark",
-                src.max_files_per_trigger, None)
-        return self._layout_advice(table, project)
-
-    def _layout_advice(self, table: Table, project: ProjectConfig) -> list[str]:
         """Why a configured join of this mart cannot prune the fact, one sentence per join."""
-        if self.fact is None:
-            return []
         fact = project.table(self.fact.table, self.fact.layer)
         partitions = list(getattr(fact.spec, "partition_by", []) or [])
         advice = []
@@ -268,47 +310,13 @@ class GoldTableSpec(TableSpec):
         def problem(key: str, message: str) -> None:
             problems.append(ConfigError(message, key=key))
 
-        if self.kind is Kind.MART:
-            if self.fact is None:
-                problem("fact", "expected the fact table of the mart, found none")
-            if not self.dimensions:
-                problem("dimensions", "expected at least one dimension to join, found none")
-            for key in ("source", "window", "watermark", "event_time"):
-                if getattr(self, key) is not None:
-                    problem(key, f"expected no {key} on a mart (it is built from its fact), "
-                            f"found {getattr(self, key)!r}")
-            if self.partition_by:
-                problem("partition_by", "expected no partition_by on a mart (it is laid out "
-                        f"by its fact), found {self.partition_by}")
-            if self.group_by and not self.aggregates:
-                problem("group_by", "expected aggregates with group_by on a mart (the "
-                        f"values to compute per group), found group_by {self.group_by} alone")
-            out = self.output_columns if self.aggregates else []
-            for dup in sorted({c for c in out if out.count(c) > 1}):
-                problem("aggregates", f"expected unique output column names, found {dup!r} "
-                        "twice")
-            return problems
-
-        for key in ("source", "event_time", "window", "watermark"):
-            if getattr(self, key) is None:
-                problem(key, f"expected {key} on an aggregate, found none")
-        if not self.aggregates:
-            problem("aggregates", "expected at least one aggregate, found none")
-        if self.fact is not None or self.dimensions or self.materialize or self.where:
-            problem("fact", "expected fact, dimensions, where and materialize only on kind: "
-                    "mart, found them on an aggregate")
-        if (self.window is not None and self.window.type is WindowType.SESSION
-                and self.output_mode is OutputMode.UPDATE):
-            problem("output_mode", "expected output_mode append for a session window (a "
-                    "session's bounds move as it grows, so a row merged by its bounds would "
-                    "leave the shorter session behind), found update")
-        out = self.output_columns
-        for dup in sorted({c for c in out if out.count(c) > 1}):
-            problem("aggregates", f"expected unique output column names, found {dup!r} twice")
-        for key, cols in (("partition_by", self.partition_by),
-                          ("comments", list(self.comments))):
-            missing = [c for c in cols if c not in out]
-            if missing:
-                problem(key, f"expected columns among the output columns ({', '.join(out)}), "
-                        f"found {', '.join(missing)}")
+        if self.group_by and not self.aggregates:
+            problem("group_by", "expected aggregates with group_by on a mart (the values to "
+                    f"compute per group), found group_by {self.group_by} alone")
+        self._unique_columns(problem)
         return problems
+
+
+# The spec models of gold's kinds of table, chosen by the spec's ``kind`` key.
+GOLD_KINDS = Kinds(specs={Kind.AGGREGATE: AggregateSpec, Kind.MART: MartSpec},
+                   default=Kind.AGGREGATE)

@@ -52,7 +52,6 @@ from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
-from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
 from silver.spec import (
     Action,
@@ -307,7 +306,7 @@ class SilverJob(StreamingJob):
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
         # the batch is cached so its (stateful) computation runs once for all writes (and for
         # the span check of a table with a watermark).
-        cached = self._quarantines or batch_id in self.replayable or \
+        cached = self._quarantines or batch_id in self.commits.replayable or \
             self.spec.mode is WriteMode.UPSERT or self.spec.dedup is not None
         if cached:
             df = df.persist()
@@ -325,7 +324,7 @@ class SilverJob(StreamingJob):
                         F.lit(batch_id).cast("long").alias(BATCH_ID),
                         F.current_timestamp().alias("_quarantined_at"),
                     )
-                    self.append_batch(rows, self.quarantine_location, batch_id)
+                    self.commits.append(rows, self.quarantine_location, batch_id)
             else:
                 observation = Observation(f"silver_{self.table.name}_{batch_id}")
                 observed = df.observe(observation, *aggs)
@@ -378,7 +377,7 @@ class SilverJob(StreamingJob):
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)
         else:
-            self.append_batch(df, self.table.location, batch_id)
+            self.commits.append(df, self.table.location, batch_id)
 
     def _merge(self, df: DataFrame) -> None:
         """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
@@ -397,7 +396,8 @@ class SilverJob(StreamingJob):
          .execute())
 
     # ------------------------------------------------------------------ after the query
-    def finish(self, progress: list[BatchProgress]) -> dict[str, int]:
+    def finish(self) -> dict[str, int]:
+        progress = self.progress
         rows_in = sum(p.input_rows for p in progress)
         late = sum(p.rows_dropped_by_watermark for p in progress)
         if self.direct:

@@ -7,9 +7,13 @@ import argparse
 import ast
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from framework.commands import Commands, common_options
 from framework.config.model import Layer
-from framework.layers import plugins
+from framework.errors import WrongTypeError
+from framework.layers import plugins, spec_model
 from tests.support import REPO
 
 PRODUCT = ("framework", "bronze", "silver", "gold", "examples")
@@ -109,7 +113,31 @@ def test_every_layer_plugs_in_through_the_registry() -> None:
     commands = Commands(argparse.ArgumentParser().add_subparsers(),
                         common_options())
     for plugin in installed.values():
-        assert plugin.spec.layer is plugin.layer
+        assert all(model.layer is plugin.layer for model in plugin.models)
         assert plugin.planner is not None and callable(plugin.planner())
         if plugin.commands is not None:
             plugin.commands(commands)
+
+
+def test_gold_kinds_are_separate_models_each_with_its_job() -> None:
+    from gold.job import AggregateJob
+    from gold.mart import MartJob
+    from gold.spec import AggregateSpec, MartSpec
+
+    gold = plugins()[Layer.GOLD]
+    aggregate = {"source": "orders", "event_time": "t", "watermark": "1 hour",
+                 "window": {"type": "tumbling", "duration": "1 hour"},
+                 "aggregates": [{"name": "n", "expr": "count(*)"}]}
+    mart = {"kind": "mart", "fact": "sales", "dimensions": [{"table": "stores", "on": "id"}]}
+    assert spec_model(Layer.GOLD, aggregate) is AggregateSpec  # the default kind
+    assert spec_model(Layer.GOLD, mart) is MartSpec
+    specs = [AggregateSpec.model_validate({"name": "a", **aggregate}),
+             MartSpec.model_validate({"name": "m", **mart})]
+    assert [gold.job(s) for s in specs] == [AggregateJob, MartJob]
+    with pytest.raises(WrongTypeError, match="expected one of aggregate, mart, found 'cube'"):
+        spec_model(Layer.GOLD, {"kind": "cube"})
+    # one kind's keys are unknown keys of the other
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        MartSpec.model_validate({"name": "m", **mart, "watermark": "1 hour"})
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        AggregateSpec.model_validate({"name": "a", **aggregate, "materialize": True})

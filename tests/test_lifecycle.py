@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,6 +16,7 @@ from pyspark.sql import functions as F
 
 from framework.checkpoint import last_committed_batch
 from tests.support import (
+    REPO,
     CliRun,
     Lakehouse,
     archived_files,
@@ -111,3 +114,37 @@ def test_a_killed_driver_loses_nothing_and_duplicates_nothing(
     assert ledger.where(F.col("status") != "archived").count() == 0
     assert files_under(landing) == []
     assert len(archived_files(lakehouse.path("archive", "orders"))) == 8
+
+
+SIGNAL_DURING_A_LOG_LINE = """
+import os, signal, sys
+from framework.job import StopSignal
+from framework.logging import configure_logging, get_logger
+
+class Stream:  # stdout, with SIGTERM delivered in the middle of the first log line's write
+    sent = 0
+    def write(self, text):
+        sys.stdout.write(text)
+        if not Stream.sent:
+            Stream.sent = 1
+            os.kill(os.getpid(), signal.SIGTERM)
+    def flush(self):
+        sys.stdout.flush()
+    def isatty(self):
+        return False
+
+configure_logging("json", "info", stream=Stream())
+stop = StopSignal()
+with stop.on_signals(signal.SIGTERM):
+    get_logger().info("job.started")
+    print("requested:", stop.reason, flush=True)
+"""
+
+
+def test_a_stop_signal_during_a_log_line_does_not_deadlock() -> None:
+    # The handler runs on the main thread between two bytecodes, here while the log holds
+    # its lock: a handler that logged would wait for that lock forever.
+    done = subprocess.run([sys.executable, "-c", SIGNAL_DURING_A_LOG_LINE], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "requested: SIGTERM" in done.stdout

@@ -37,7 +37,7 @@ from typing import Any
 
 from framework.config.model import Layer, ProjectConfig, Table
 from framework.errors import ConfigError
-from gold.spec import GoldTableSpec, Kind
+from gold.spec import MartSpec
 
 MANIFEST = ".demo-feed.json"
 LATER = ".demo-later"  # files delivered after the first run, under the root
@@ -230,7 +230,7 @@ PRUNING_QUERY = ("SELECT window_date, name, region, orders, items, revenue FROM 
 
 
 def _is_mart(table: Table) -> bool:
-    return isinstance(table.spec, GoldTableSpec) and table.spec.kind is Kind.MART
+    return isinstance(table.spec, MartSpec)
 
 
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def default_conf_dir() -> Path:
 
 def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> ProjectConfig:
     """Load the environment ``env`` and every table spec; raise all problems at once."""
-    from framework.layers import spec_class
+    from framework.layers import spec_model
 
     conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
     env_name = env or os.environ.get("MEDALLION_ENV", DEFAULT_ENV)
@@ -95,14 +95,20 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
             continue
         if not spec_files:
             continue
-        try:
-            model = spec_class(layer)
-        except ConfigError as exc:
-            exc.file = str(layer_dir)
-            errors.append(exc)
-            continue
         for spec_file in spec_files:
-            spec = _validate(model, spec_file, errors, defaults={"name": spec_file.stem})
+            data = _read(spec_file, errors)
+            if data is None:
+                continue
+            try:
+                model = spec_model(layer, data)
+            except ConfigError as exc:
+                exc.file = exc.file or str(spec_file if exc.key else layer_dir)
+                errors.append(exc)
+                if exc.key:
+                    continue
+                break  # no implementation of the layer: one error for its folder
+            spec = _validate(model, spec_file, errors, defaults={"name": spec_file.stem},
+                             data=data)
             if spec is not None:
                 specs.append((layer, spec, str(spec_file)))
 
@@ -130,8 +136,24 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
 
 
 def _validate(
-    model: type[M], file: Path, errors: list[ConfigError], defaults: dict[str, Any]
+    model: type[M], file: Path, errors: list[ConfigError], defaults: dict[str, Any],
+    data: dict[str, Any] | None = None,
 ) -> M | None:
+    if data is None:
+        data = _read(file, errors)
+        if data is None:
+            return None
+    for key, value in defaults.items():
+        data.setdefault(key, value)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors += [_convert(model, e, str(file)) for e in exc.errors(include_url=False)]
+        return None
+
+
+def _read(file: Path, errors: list[ConfigError]) -> dict[str, Any] | None:
+    """The YAML mapping in ``file``; None, with the problem in ``errors``, if it is not one."""
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -149,13 +171,7 @@ def _validate(
             )
         )
         return None
-    for key, value in defaults.items():
-        data.setdefault(key, value)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors += [_convert(model, e, str(file)) for e in exc.errors(include_url=False)]
-        return None
+    return data
 
 
 def _convert(model: type[BaseModel], err: Any, file: str) -> ConfigError:
