@@ -33,7 +33,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import DateType, NullType, StructField, StructType, TimestampType
 
 from framework.config.model import Layer, Table
-from framework.delta import create_table
+from framework.delta import CHANGE_FEED, create_table
 from framework.errors import ConfigError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote
@@ -179,8 +179,10 @@ class AggregateJob(StreamingJob):
             StructField(f.name, f.dataType, f.nullable, {"comment": comments[f.name]})
             for f in schema.fields
         ])
+        # The change data feed tells a materialized mart over this table which partitions
+        # changed (gold.mart); on an append it costs nothing.
         create_table(self.spark, self.table.full_name, commented, self.table.location,
-                     partition_by=self.spec.partition_by,
+                     partition_by=self.spec.partition_by, properties={CHANGE_FEED: "true"},
                      comment=self.spec.description or f"Windowed aggregate of "
                      f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")
 

@@ -24,10 +24,10 @@ from typing import Any, ClassVar, cast
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
 from framework.config.model import Layer, Table
-from framework.delta import create_table, sql_string
+from framework.delta import CHANGE_FEED, create_table, sql_string
 from framework.errors import ConfigError, JobError
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import Job, RunContext, RunStatus
@@ -197,11 +197,11 @@ class MartJob(Job):
     def _materialize(self, query: str, fact: str, comment: str,
                      comments: dict[str, str]) -> dict[str, int]:
         """Write the join into a Delta table partitioned as the fact, rebuilding only the fact
-        partitions that changed since the last run (read from the fact's Delta log), or all
-        of it when a dimension changed, the fact's schema changed, or the log of the versions
-        in between is gone. The versions built from are kept in the table's properties,
-        written after the data: a run interrupted in between rebuilds the same partitions
-        again, with the same result."""
+        partitions that changed since the last run (from the fact's change data feed, which
+        gold aggregates record), or all of it when a dimension changed, the mart's columns
+        changed, or the feed cannot say (not recorded for the versions in between). The
+        versions built from are kept in the table's properties, written after the data: a run
+        interrupted in between rebuilds the same partitions again, with the same result."""
         spark = self.spark
         fact_detail = _detail(spark, fact)
         dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
@@ -214,21 +214,28 @@ class MartJob(Job):
         partitions = list(fact_detail["partitionColumns"] or [])
         if not all(c in df.columns for c in partitions):
             partitions = []
-        schema = StructType([StructField(f.name, f.dataType, f.nullable,
-                                         {"comment": comments[f.name]}) for f in df.schema])
+        # The columns carry their comments, so that a rebuild with new columns keeps them.
+        df = df.select(*[F.col(quote(f.name)).alias(f.name, metadata={"comment": comments[f.name]})
+                         for f in df.schema])
+        schema = df.schema
         created = create_table(spark, mart, schema, self.table.location,
                                partition_by=partitions, comment=comment)
         built = {} if created else json.loads(_properties(spark, mart).get(VERSIONS, "{}"))
         reason = _full_rebuild_reason(built, versions, fact, dims, partitions)
+        new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
+        if new_columns:
+            reason = "the mart's columns changed"
         changed: list[tuple[str | None, ...]] | None = None
         if reason is None:
             changed = _changed_partitions(spark, fact_detail["location"], built[fact],
                                           versions[fact], partitions)
             if changed is None:
-                reason = "the fact's log between the versions is gone or its schema changed"
+                reason = (f"the change data feed of {fact} cannot say what changed between "
+                          f"versions {built[fact]} and {versions[fact]} (not recorded, "
+                          f"{CHANGE_FEED} is off, or its schema changed)")
         writer = df.write.format("delta").mode("overwrite")
         if reason is not None:
-            writer.save(self.table.location)
+            writer.option("overwriteSchema", str(new_columns).lower()).save(self.table.location)
             self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)
         elif changed:
             condition = " OR ".join(
@@ -307,6 +314,11 @@ def _version(spark: SparkSession, name: str,
     return int(row["version"]) if row is not None else None
 
 
+def _columns(schema: StructType) -> list[tuple[str, str]]:
+    """Names and types, without comments."""
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
 def _properties(spark: SparkSession, name: str) -> dict[str, str]:
     rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)}").collect()
     return {r["key"]: r["value"] for r in rows}
@@ -332,29 +344,21 @@ def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int |
 
 def _changed_partitions(spark: SparkSession, location: str, since: int | None, until: int | None,
                         columns: list[str]) -> list[tuple[str | None, ...]] | None:
-    """The partitions (values of ``columns``) that the fact's commits after ``since`` up to
-    ``until`` added or removed files in; None when a commit file is gone (log cleanup) or a
-    commit changed the table's metadata."""
+    """The partitions (values of ``columns``) in which the fact's commits after ``since`` up to
+    ``until`` inserted, updated or deleted rows, from the fact's change data feed; None when
+    the feed cannot say (not recorded for those versions, or a commit changed the schema)."""
     if since is None or until is None:
         return None
     if until == since:
         return []
-    log = location.rstrip("/") + "/_delta_log"
     try:
-        actions = spark.read.json([f"{log}/{v:020d}.json" for v in range(since + 1, until + 1)])
-    except AnalysisException:
+        changes = (spark.read.format("delta").option("readChangeFeed", "true")
+                   .option("startingVersion", since + 1).option("endingVersion", until)
+                   .load(location).select(*[F.col(c).cast("string") for c in columns])
+                   .distinct().collect())
+    except AnalysisException:  # no change data for a version in the range, or a schema change
         return None
-    if "metaData" in actions.columns and actions.where("metaData IS NOT NULL").count():
-        return None
-    changed: set[tuple[str | None, ...]] = set()
-    for action in ("add", "remove"):
-        if action not in actions.columns:
-            continue
-        rows = actions.where(f"{action} IS NOT NULL") \
-            .select(*[F.col(f"{action}.partitionValues.{c}").alias(c) for c in columns]) \
-            .distinct().collect()
-        changed.update(tuple(r[c] for c in columns) for r in rows)
-    return sorted(changed, key=str)
+    return sorted((tuple(r[c] for c in columns) for r in changes), key=str)
 
 
 def _bytes(value: str) -> int:

@@ -262,6 +262,26 @@ def test_a_materialized_mart_rebuilds_only_the_fact_partitions_that_changed(
     counts = rebuild()
     assert counts["full_rebuild"] == 1
     assert spark.table(mart).where("region = 'east'").count() == 3
+    # A compaction of the fact changes no row: nothing is rebuilt (the change data feed has
+    # no rows for it, where its files were rewritten).
+    metrics = spark.sql(f"OPTIMIZE {fact}").first()["metrics"]  # type: ignore[index]
+    assert metrics["numFilesRemoved"] > 0
+    assert rebuild()["partitions_rebuilt"] == 0
+    # Without the fact's change data feed the mart cannot know what changed: rebuilt whole.
+    spark.sql(f"ALTER TABLE {fact} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+    write_delta_commits(spark, silver_location(lakehouse, "orders"), [[
+        ("n3", "s03", 1, later + timedelta(hours=1))]], SALES)
+    run_gold(spark, lakehouse, "store_sales")
+    assert rebuild()["full_rebuild"] == 1
+    # A new dimension column in the mart: rebuilt whole with its columns (and their comments).
+    spark.sql(f"ALTER TABLE {stores.full_name} ADD COLUMN (manager STRING COMMENT 'Manager')")
+    lakehouse.add_table("gold", "regional_sales", {
+        "kind": "mart", "fact": "store_sales", "materialize": True,
+        "dimensions": [{"table": "stores", "on": "store_id", "columns": ["region", "manager"]}]})
+    assert run_gold(spark, lakehouse, "regional_sales").counts["full_rebuild"] == 1
+    assert {c.name: c.description for c in spark.catalog.listColumns(mart)}["manager"] == \
+        "Manager"
+    assert spark.table(mart).count() == spark.table(fact).count()
     assert [c.description for c in spark.catalog.listColumns(mart)
             if c.name == "window_start"] == ["Start of the event-time window (inclusive)"]
 
