@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from bronze.batch import SOURCE_FILE, with_file_columns
 from bronze.reading import CORRUPT, NOT_UTF8, read_records
 from bronze.spec import BronzeTableSpec
-from framework.errors import StorageError
+from framework.errors import StorageError, first_line
 from framework.storage import FileInfo, Storage, local_path
 
 READ_FAULT = "FAILED_READ_FILE"
@@ -142,7 +142,7 @@ def find_failing(files: Sequence[str], probe: Callable[[Sequence[str]], None],
         except Exception as exc:
             if len(group) == 1:
                 named = failing_file(spark, exc)
-                failing[group[0]] = named[1] if named else _first_line(exc)
+                failing[group[0]] = named[1] if named else first_line(exc)[:300]
                 return
             half = len(group) // 2
             search(group[:half])
@@ -193,7 +193,3 @@ def _describe(throwable: Any) -> str:
     message = str(throwable.getMessage() or "").strip().splitlines()
     return f"{name}: {message[0]}" if message else name
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(exc).__name__

@@ -35,6 +35,7 @@ from framework.errors import (
     QueryError,
     TableNotFoundError,
     UsageError,
+    first_line,
 )
 from framework.layers import plugins
 from framework.logging import LogFormat, configure_logging, get_logger
@@ -240,7 +241,6 @@ def query_errors() -> Iterator[None]:
     """Spark's rejection of a query given by a person, as one line (a :class:`QueryError`)."""
     from pyspark.errors import AnalysisException
 
-    from framework.sqlcheck import first_line
 
     try:
         yield

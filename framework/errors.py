@@ -115,11 +115,13 @@ class JobError(MedallionError):
     def __init__(self, table: str, step: str, cause: BaseException | str) -> None:
         self.table = table
         self.step = step
-        text = cause if isinstance(cause, str) else _first_line(cause)
+        text = cause if isinstance(cause, str) else first_line(cause)
         super().__init__(f"{table}: step '{step}' failed: {text}")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an error's message (Spark's errors carry the plan and the
+    JVM's stack after it; a parse error's message starts on its second line)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 

@@ -38,7 +38,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer, Table
 from framework.delta import BatchCommits
-from framework.errors import JobError, MedallionError, QueryFailedError
+from framework.errors import JobError, MedallionError, QueryFailedError, first_line
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress, ProgressListener
@@ -228,7 +228,7 @@ class Job(ABC):
             if interrupted:
                 self.log.warning("job.stop.forced", signal=str(exc) or "SIGINT")
             why = "interrupted by a second signal" if interrupted \
-                else f"{type(exc).__name__}: {_first_line(exc)}"
+                else f"{type(exc).__name__}: {first_line(exc)}"
             summary.status, summary.error = RunStatus.FAILED, why
             self.log.error("job.failed", step="run", error=why)
         finally:
@@ -243,7 +243,7 @@ class Job(ABC):
                 summary.status, summary.error = RunStatus.FAILED, str(exc)
                 self.log.error("job.failed", step="finish", error=str(exc))
             except Exception as exc:
-                why = f"{type(exc).__name__}: {_first_line(exc)}"
+                why = f"{type(exc).__name__}: {first_line(exc)}"
                 summary.status, summary.error = RunStatus.FAILED, why
                 self.log.error("job.failed", step="finish", error=why)
         summary.rows_out = summary.counts.pop("rows_out", 0)
@@ -431,7 +431,7 @@ class StreamingJob(Job):
                 if query.awaitTermination(0.25):  # type: ignore[arg-type] # seconds, float ok
                     return RunStatus.SUCCEEDED
             except StreamingQueryException as exc:
-                reason = self.batch_error or _first_line(exc)
+                reason = self.batch_error or first_line(exc)
                 raise QueryFailedError(self.table.full_name, "stream", reason) from exc
 
     def _stop_quietly(self, query: StreamingQuery | None) -> None:
@@ -440,7 +440,7 @@ class StreamingJob(Job):
             if query is not None and query.isActive:
                 query.stop()
         except Exception as exc:
-            self.log.warning("job.stop.failed", error=_first_line(exc))
+            self.log.warning("job.stop.failed", error=first_line(exc))
 
     def _stop_at_batch_boundary(self, query: StreamingQuery) -> None:
         """Let the batch in flight commit, then stop; a batch started after it is cancelled
@@ -464,7 +464,7 @@ class StreamingJob(Job):
         try:
             run_id = str(query.runId)
         except Exception as exc:  # the JVM is gone: no progress to read
-            self.log.warning("job.progress.incomplete", error=_first_line(exc))
+            self.log.warning("job.progress.incomplete", error=first_line(exc))
             return []
         if not self.listener.wait_for(run_id, timeout=30):
             self.log.warning("job.progress.incomplete", query_run_id=run_id)
@@ -491,7 +491,3 @@ def _last_batch(query: StreamingQuery) -> int:
     progress: Any = query.lastProgress
     return int(progress["batchId"]) if progress else -1
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText
-from framework.errors import ConfigError
+from framework.errors import ConfigError, first_line
 from framework.layers import planner
 
 # PySpark logs every analysis error it raises with a query context, traceback included; the
@@ -161,9 +161,3 @@ def _problem(spark: SparkSession, text: SqlText) -> str | None:
     except AnalysisException as exc:
         return first_line(exc)
     return None
-
-
-def first_line(exc: AnalysisException) -> str:
-    """The first line of Spark's message (a parse error's message starts on its second)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
