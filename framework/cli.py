@@ -241,7 +241,6 @@ def query_errors() -> Iterator[None]:
     """Spark's rejection of a query given by a person, as one line (a :class:`QueryError`)."""
     from pyspark.errors import AnalysisException
 
-
     try:
         yield
     except AnalysisException as exc:

@@ -182,7 +182,7 @@ class MartJob(Job):
         columns = plan.output()
         counts["columns"] = len(columns)
         if self.spec.materialize:
-            counts.update(self._materialize(query, fact, comment, dict(columns)))
+            counts.update(self._materialize(query, fact, dims, comment, dict(columns)))
         else:
             column_list = ", ".join(f"{quote(name)} COMMENT {sql_string(text)}"
                                     for name, text in columns)
@@ -194,7 +194,7 @@ class MartJob(Job):
         return counts
 
     # ------------------------------------------------------------------ a materialized mart
-    def _materialize(self, query: str, fact: str, comment: str,
+    def _materialize(self, query: str, fact: str, dims: list[str], comment: str,
                      comments: dict[str, str]) -> dict[str, int]:
         """Write the join into a Delta table partitioned as the fact, rebuilding only the fact
         partitions that changed since the last run (from the fact's change data feed, which
@@ -204,7 +204,6 @@ class MartJob(Job):
         interrupted in between rebuilds the same partitions again, with the same result."""
         spark = self.spark
         fact_detail = _detail(spark, fact)
-        dims = [self._name(d.layer, d.table) for d in self.spec.dimensions]
         versions = {fact: _version(spark, fact, fact_detail),
                     **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
@@ -221,10 +220,9 @@ class MartJob(Job):
         created = create_table(spark, mart, schema, self.table.location,
                                partition_by=partitions, comment=comment)
         built = {} if created else json.loads(_properties(spark, mart).get(VERSIONS, "{}"))
-        reason = _full_rebuild_reason(built, versions, fact, dims, partitions)
         new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
-        if new_columns:
-            reason = "the mart's columns changed"
+        reason = "the mart's columns changed" if new_columns else \
+            _full_rebuild_reason(built, versions, fact, dims, partitions)
         changed: list[tuple[str | None, ...]] | None = None
         if reason is None:
             changed = _changed_partitions(spark, fact_detail["location"], built[fact],
