@@ -9,18 +9,19 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml deploy/yarn/pom.xml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	$(BIN)/python -m framework.session   # resolve and cache Delta's jars from Maven Central
+	deploy/yarn/minicluster.sh resolve   # and the YARN + HDFS test cluster's (Maven)
 	touch $(STAMP)
 
 demo: setup
 	$(BIN)/medallion demo
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 lint: setup
 	$(BIN)/ruff check .

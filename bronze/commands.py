@@ -14,12 +14,13 @@ from framework.commands import (
     print_table,
     project_of,
     spark_for,
+    storage_of,
 )
 from framework.config.model import Layer, Table
 from framework.errors import UsageError
 from framework.layers import Commands
 from framework.logging import get_logger
-from framework.storage import FileInfo, land, parse_retention, storage_for
+from framework.storage import FileInfo, land, parse_retention
 
 
 def add_commands(commands: Commands) -> None:
@@ -68,7 +69,7 @@ def cmd_land(args: argparse.Namespace) -> int:
     if missing:
         print(f"expected files to upload, found none at: {', '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
-    store = storage_for(landing, project.env)
+    store = storage_of(project, landing, "medallion-land")
     if args.keep_times and store.resolution_ms(landing) != 1:
         raise UsageError(f"expected a store whose files' times can be set for --keep-times, "
                          f"found {landing}, whose store sets them itself when a file is "
@@ -99,8 +100,8 @@ def cmd_purge_archive(args: argparse.Namespace) -> int:
         if spec.source.clean_source is not CleanSource.ARCHIVE:
             continue
         archive = spec.archive_dir(table)
-        purged = purge_archive(storage_for(archive, project.env), archive, retention, now,
-                               dry_run=args.dry_run)
+        store = storage_of(project, archive, "medallion-purge")
+        purged = purge_archive(store, archive, retention, now, dry_run=args.dry_run)
         size = sum(f.size for f in purged)
         get_logger(env=project.env.name, table=table.full_name).info(
             "archive.purged", archive=archive, files=len(purged), bytes=size,

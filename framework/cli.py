@@ -25,6 +25,7 @@ from framework.commands import (
     print_table,
     project_of,
     spark_for,
+    storage_of,
     write_json,
 )
 from framework.config.model import Layer
@@ -177,6 +178,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"configuration valid: environment {project.env.name!r}, {len(project.tables)} table(s)")
     for layer, names in by_layer.items():
         print(f"  {layer}: {', '.join(names)}")
+    for advice in project.env.advise():
+        print(f"warning: {advice}")
     for t in project.tables:
         for advice in t.spec.advise(t, project):
             print(f"warning: {t.source_file}: {advice}")
@@ -273,14 +276,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from framework.storage import storage_for
-
     project = project_of(args)
     env = project.env
     folders = [env.path("tables"), env.path("_checkpoints")]
     for table in project.tables:
         folders += table.spec.folders(table)
-    store = storage_for(env.root, env)
+    store = storage_of(project, env.root, "medallion-init")
     store.makedirs(env.root)
     for folder in dict.fromkeys(folders):
         store.makedirs(folder)

@@ -25,6 +25,8 @@ from framework.text import render_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from framework.storage import Storage
+
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 GROUP = "medallion.commands"
 
@@ -83,6 +85,18 @@ def spark_for(project: ProjectConfig, app: str) -> SparkSession:
     from framework.session import get_spark
 
     return get_spark(project.env, app)
+
+
+def storage_of(project: ProjectConfig, path: str, app: str = "medallion") -> Storage:
+    """The store of ``path`` for a command run from outside a job: local and ADLS paths
+    through their own clients (no Spark needed); any other scheme (``hdfs://``, ``s3a://``,
+    ``dbfs:/``...) through the Hadoop ``FileSystem`` of the environment's Spark session, with
+    Spark's own credentials."""
+    from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
+
+    if scheme_of(path) in IMPLEMENTATIONS:
+        return storage_for(path, project.env)
+    return storage_for(path, project.env, spark_for(project, app))
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

@@ -7,7 +7,12 @@
 * **databricks**: the cluster's active session, as it is: no master, no packages, never stopped.
 * **submit** (spark-submit, YARN or any master): master, packages and conf come from
   spark-submit; if Delta's classes are missing the job stops at once with the exact
-  ``--packages`` argument to add.
+  ``--packages`` argument to add. The catalog is Hive's, persistent (:func:`catalog_conf`),
+  so a table written by one ``spark-submit`` is found by name in the next.
+
+Every runtime pins ``spark.sql.session.timeZone`` to UTC (``window_date`` and the event-time
+windows must not depend on where the driver runs), unless the environment's ``spark_conf``
+sets another zone, which ``medallion validate`` warns about.
 """
 
 from __future__ import annotations
@@ -69,6 +74,28 @@ def get_spark(
 
 
 NO_SUBSTITUTION = "spark.sql.variable.substitute"
+TIME_ZONE = "spark.sql.session.timeZone"
+
+
+def catalog_conf(env: Environment, local_root: str | None = None) -> dict[str, str]:
+    """A persistent Hive catalog: the warehouse under the root, and the metastore the
+    environment names (a ``thrift://`` service, or an embedded Derby database in a folder;
+    for a local root, ``<root>/metastore_db`` unless named). Without one, under spark-submit,
+    the cluster's own metastore settings (hive-site.xml, spark-defaults) apply."""
+    settings = {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": (
+            os.path.join(local_root, "warehouse") if local_root else env.path("warehouse")),
+    }
+    metastore = env.metastore
+    if metastore is None and local_root is not None:
+        metastore = os.path.join(local_root, "metastore_db")
+    if metastore is not None and metastore.startswith("thrift://"):
+        settings["spark.hadoop.hive.metastore.uris"] = metastore
+    elif metastore is not None:
+        settings["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
+            f"jdbc:derby:;databaseName={metastore};create=true")
+    return settings
 
 
 def _env_conf(env: Environment) -> dict[str, str]:
@@ -111,17 +138,13 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     settings: dict[str, str] = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-        "spark.sql.catalogImplementation": "hive",
-        "spark.sql.warehouse.dir": os.path.join(root, "warehouse"),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={os.path.join(root, 'metastore_db')};create=true"
-        ),
+        **catalog_conf(env, local_root=root),
         # -Xss: on stop(), Spark regex-matches the Python error text of an interrupted
         # foreachBatch (SPARK-39218); a long traceback overflows the default thread stack.
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={root} -Xss16m",
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
+        TIME_ZONE: "UTC",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         # The file source resolves a batch's files (and, on restart, the last batch's) by
@@ -185,24 +208,34 @@ def _databricks(env: Environment, app_name: str, conf: dict[str, str]) -> SparkS
     spark = SparkSession.getActiveSession()
     if spark is None:
         spark = SparkSession.builder.getOrCreate()
-    # Only session-level settings the user asked for; the cluster owns everything else.
-    for key, value in _env_conf(env).items():
+    # Only session-level settings: UTC unless the environment says otherwise, and what the
+    # user asked for; the cluster owns everything else.
+    for key, value in {TIME_ZONE: "UTC", **_env_conf(env)}.items():
         spark.conf.set(key, value)
     return spark
 
 
-def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
-    builder = SparkSession.builder.appName(app_name)
-    # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
+def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings a spark-submit driver's session is built with: Delta, a persistent Hive
+    catalog, UTC, the storage's credentials, then the environment's ``spark_conf`` and
+    ``conf`` (which win)."""
     settings = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        **catalog_conf(env, local_root=None if "://" in env.root else env.root),
+        TIME_ZONE: "UTC",
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
     }
     settings.update(storage_conf(env))
     settings.update(_env_conf(env))
-    settings.update(conf)
-    for key, value in settings.items():
+    settings.update(conf or {})
+    return settings
+
+
+def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in submit_conf(env, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     require_delta(spark, needs_azure=env.root.startswith("abfs"))

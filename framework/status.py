@@ -44,7 +44,7 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
     pending = pending_bytes = None
     backlog = table.spec.backlog_path(table)
     if backlog is not None:
-        store = storage_for(backlog, table.env)
+        store = storage_for(backlog, table.env, spark)
         waiting = [f for f in store.list_files(backlog)
                    if not f.path.rsplit("/", 1)[-1].startswith((".", "_"))
                    ] if store.exists(backlog) else []

@@ -320,3 +320,45 @@ def test_validate_reports_every_problem_of_every_table_in_one_pass(
                     "silver/orders.yaml:columns[1].from",
                     "silver/orders.yaml:expectations[1].rule"], err
     assert "4 configuration problem(s)" in err
+
+
+def test_the_yarn_environment_takes_its_root_and_metastore_from_variables(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEDALLION_HDFS_ROOT", "hdfs://namenode:8020/medallion")
+    monkeypatch.setenv("MEDALLION_METASTORE", "/var/lib/medallion/metastore_db")
+    yarn = load_project(REPO / "conf", "yarn")
+    assert yarn.env.runtime is Runtime.SUBMIT
+    assert yarn.table("orders", Layer.BRONZE).spec.landing(  # type: ignore[attr-defined]
+        yarn.table("orders", Layer.BRONZE)) == "hdfs://namenode:8020/medallion/landing/orders"
+    assert yarn.env.metastore == "/var/lib/medallion/metastore_db"
+    monkeypatch.delenv("MEDALLION_METASTORE")
+    with pytest.raises(ConfigValidationError, match="MEDALLION_METASTORE to be set"):
+        load_project(REPO / "conf", "yarn")
+
+
+@pytest.mark.parametrize("metastore, valid", [
+    ("thrift://metastore:9083", True), ("/var/lib/metastore_db", True),
+    ("metastore_db", False), ("jdbc:derby:x", False)])
+def test_a_metastore_is_a_thrift_uri_or_an_absolute_folder(
+    lakehouse: Lakehouse, metastore: str, valid: bool
+) -> None:
+    lakehouse.write_env(metastore=metastore)
+    if valid:
+        assert lakehouse.project().env.metastore == metastore
+    else:
+        with pytest.raises(ConfigValidationError,
+                           match="expected a thrift:// URI or an absolute folder"):
+            lakehouse.project()
+
+
+def test_validate_warns_about_a_session_time_zone_other_than_utc(
+    lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lakehouse.write_env(spark_conf={"spark.sql.session.timeZone": "UTC"})
+    assert main(["validate", "--no-spark", "--conf", str(lakehouse.conf), "--env", "test"]) == 0
+    assert "warning" not in capsys.readouterr().out
+    lakehouse.write_env(spark_conf={"spark.sql.session.timeZone": "Europe/Paris"})
+    assert main(["validate", "--no-spark", "--conf", str(lakehouse.conf), "--env", "test"]) == 0
+    assert ("warning: environment 'test' sets spark.sql.session.timeZone to 'Europe/Paris'"
+            in capsys.readouterr().out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from framework.cli import build_parser
 from framework.config.loader import load_project
 from framework.session import delta_package
+from framework.submit import dependency_args, spark_hadoop_version, submit_args
 from tests.support import BIN, REPO, Lakehouse, bronze_spec, write_order_files
 
 SUBMIT = REPO / "deploy" / "yarn" / "submit.sh"
@@ -48,8 +50,66 @@ def test_the_spark_submit_script_runs_the_layers_and_writes_the_tables(
     assert "succeeded" in result.stdout and "records_read=60" in result.stdout
 
 
-def test_the_script_asks_for_the_delta_package_the_pins_need() -> None:
-    assert f"DELTA_PACKAGE:-{delta_package()}" in SUBMIT.read_text()
+def test_the_submit_arguments_ship_delta_as_cached_jars_or_as_its_package(
+    lakehouse: Lakehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = lakehouse.project().env
+    cached = dependency_args(env)  # the setup resolved Delta's jars once
+    assert cached[0] == "--jars" and "--packages" not in cached
+    assert any("delta-spark_" in Path(j).name for j in cached[1].split(","))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    assert dependency_args(env) == ["--packages", delta_package()]
+    adls = env.model_copy(update={"root": "abfss://lake@acct.dfs.core.windows.net/x"})
+    assert dependency_args(adls) == [
+        "--packages", f"{delta_package()},org.apache.hadoop:hadoop-azure:{spark_hadoop_version()}"]
+
+
+def test_cluster_mode_ships_the_environment_as_resolved_here_with_secrets_as_references(
+    lakehouse: Lakehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKE_ROOT", "hdfs://namenode:8020/lake")
+    monkeypatch.setenv("LAKE_KEY", "canary-secret-value")
+    lakehouse.write_env(runtime="submit", root="${LAKE_ROOT}", metastore="/var/lib/ms",
+                        spark_conf={"fs.azure.account.key.acct.dfs.core.windows.net":
+                                    "${LAKE_KEY}"})
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    args = submit_args(lakehouse.conf, "test", True, tmp_path, ["/envs/py.tgz#environment"])
+    archive_spec = args[args.index("--archives") + 1]
+    assert args.count("--archives") == 1  # spark-submit keeps only the last one
+    assert archive_spec.split(",")[0] == "/envs/py.tgz#environment"
+    shipped, name = archive_spec.split(",")[1].split("#")
+    assert name == "medallion-conf"
+    assert "spark.yarn.appMasterEnv.MEDALLION_CONF=medallion-conf" in args
+    assert "spark.yarn.appMasterEnv.MEDALLION_ENV=test" in args
+    with zipfile.ZipFile(shipped) as zf:
+        assert sorted(zf.namelist()) == ["environments/test.yaml", "tables/bronze/orders.yaml"]
+        text = zf.read("environments/test.yaml").decode()
+    assert "canary-secret-value" not in text
+    resolved = yaml.safe_load(text)
+    assert resolved["root"] == "hdfs://namenode:8020/lake"
+    assert resolved["metastore"] == "/var/lib/ms"
+    assert resolved["spark_conf"] == {"fs.azure.account.key.acct.dfs.core.windows.net":
+                                      "${LAKE_KEY}"}
+
+    # on the cluster, with none of the variables: the same environment
+    here = lakehouse.project().env
+    monkeypatch.delenv("LAKE_ROOT")
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(shipped) as zf:
+        zf.extractall(unpacked)
+    assert load_project(unpacked, "test").env == here
+
+
+def test_an_invalid_environment_stops_the_script_before_submitting(
+    lakehouse: Lakehouse, tmp_path: Path
+) -> None:
+    lakehouse.write_env(runtime="submit", root="${UNSET_ROOT_VARIABLE}")
+    env = lakehouse.cli_env()
+    env.update(PYTHON=sys.executable, SPARK_SUBMIT="/bin/false-spark-submit-is-never-called")
+    result = subprocess.run(["bash", str(SUBMIT), "run", "all", "--env", lakehouse.env_name],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "expected environment variable UNSET_ROOT_VARIABLE to be set" in result.stderr
 
 
 def test_the_bundle_runs_bronze_then_silver_then_gold_through_the_entry_point(

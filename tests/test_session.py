@@ -7,9 +7,19 @@ import subprocess
 import sys
 
 import pytest
+from pyspark.sql import SparkSession
 
 from framework.cli import build_parser, main
-from framework.session import DELTA_CATALOG, DELTA_EXTENSION, delta_package, local_cores
+from framework.config.model import Environment, Runtime
+from framework.session import (
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    TIME_ZONE,
+    delta_package,
+    get_spark,
+    local_cores,
+    submit_conf,
+)
 from tests.support import BIN, REPO, Lakehouse
 
 
@@ -71,3 +81,38 @@ def test_spark_submit_without_delta_fails_with_the_packages_to_add(lakehouse: La
     assert f"--packages {delta_package()}" in output
     assert f"spark.sql.extensions={DELTA_EXTENSION}" in output
     assert f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}" in output
+
+
+def test_a_spark_submit_session_has_a_persistent_catalog_and_utc() -> None:
+    env = Environment(name="yarn", runtime=Runtime.SUBMIT, root="hdfs://nn:8020/lake",
+                      metastore="/var/lib/medallion/metastore_db")
+    settings = submit_conf(env)
+    assert settings["spark.sql.catalogImplementation"] == "hive"
+    assert settings["spark.sql.warehouse.dir"] == "hdfs://nn:8020/lake/warehouse"
+    assert settings["spark.hadoop.javax.jdo.option.ConnectionURL"] == (
+        "jdbc:derby:;databaseName=/var/lib/medallion/metastore_db;create=true")
+    assert settings[TIME_ZONE] == "UTC"
+
+    service = submit_conf(env.model_copy(update={"metastore": "thrift://ms:9083"}))
+    assert service["spark.hadoop.hive.metastore.uris"] == "thrift://ms:9083"
+    assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in service
+    # no metastore named: the cluster's own (hive-site.xml) is left to apply
+    cluster = submit_conf(env.model_copy(update={"metastore": None}))
+    assert not {"spark.hadoop.hive.metastore.uris",
+                "spark.hadoop.javax.jdo.option.ConnectionURL"} & set(cluster)
+    # the environment's own zone wins (validate warns about it)
+    paris = env.model_copy(update={"spark_conf": {TIME_ZONE: "Europe/Paris"}})
+    assert submit_conf(paris)[TIME_ZONE] == "Europe/Paris"
+
+
+def test_a_databricks_session_is_pinned_to_utc_unless_the_environment_says(
+    spark: SparkSession
+) -> None:
+    try:
+        spark.conf.set(TIME_ZONE, "America/New_York")  # a cluster configured elsewhere
+        env = Environment(name="dbx", runtime=Runtime.DATABRICKS, root="/Volumes/lake")
+        assert get_spark(env).conf.get(TIME_ZONE) == "UTC"
+        paris = env.model_copy(update={"spark_conf": {TIME_ZONE: "Europe/Paris"}})
+        assert get_spark(paris).conf.get(TIME_ZONE) == "Europe/Paris"
+    finally:
+        spark.conf.set(TIME_ZONE, "UTC")

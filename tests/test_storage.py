@@ -1,9 +1,11 @@
 """One contract for every store the framework moves files with: a local disk through ``os``,
-any Hadoop file system through the Spark session (here the local one, ``file:``), and ADLS Gen2
-through the Azure SDK against the loopback DFS endpoint."""
+any Hadoop file system through the Spark session (here the local one, ``file:``, and HDFS of
+the YARN test cluster), and ADLS Gen2 through the Azure SDK against the loopback DFS
+endpoint."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from tests.dfs_server import serve
 ACCOUNT = "medallionstest"
 
 
-@pytest.fixture(params=["local", "hadoop", "adls"])
+@pytest.fixture(params=["local", "hadoop", pytest.param("hdfs", marks=pytest.mark.yarn), "adls"])
 def store(request: pytest.FixtureRequest, tmp_path: Path,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Storage, str]]:
     """A store and a folder on it, empty."""
@@ -28,6 +30,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path,
     elif request.param == "hadoop":
         spark: SparkSession = request.getfixturevalue("spark")
         yield HadoopStorage(spark), f"file://{tmp_path}/lake"
+    elif request.param == "hdfs":
+        spark = request.getfixturevalue("spark")
+        cluster: dict[str, str] = request.getfixturevalue("yarn_cluster")
+        yield HadoopStorage(spark), f"{cluster['MEDALLION_HDFS_ROOT']}/{tmp_path.name}/lake"
     else:
         from framework.config.model import AzureStorage
         from framework.storage.adls import AdlsStorage
@@ -53,8 +59,8 @@ def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_pat
     s.makedirs(f"{root}/in/deep")
     assert s.exists(f"{root}/in/deep")
 
-    # upload: appears whole, never overwrites
-    s.upload(str(local), f"{root}/in/a.json")
+    # upload: appears whole, never overwrites; the local file may be named relatively
+    s.upload(os.path.relpath(local), f"{root}/in/a.json")
     assert s.open(f"{root}/in/a.json").read() == b'{"a": 1}\n'
     with pytest.raises(StorageError, match="expected no file"):
         s.upload(str(local), f"{root}/in/a.json")

@@ -87,6 +87,24 @@ class Environment(Model):
     processing_interval: Text = "30 seconds"
     spark_conf: dict[str, Text | SecretRef] = Field(default_factory=dict)
     storage: AzureStorage | None = None
+    metastore: Text | None = Field(
+        default=None,
+        description="The Hive metastore of a local or spark-submit runtime: a thrift:// URI of "
+        "a metastore service, or an absolute folder for an embedded Derby database (one host). "
+        "Default: <root>/metastore_db for a local root; the cluster's own setting otherwise.")
+
+    @field_validator("metastore")
+    @classmethod
+    def _metastore_is_a_uri_or_an_absolute_folder(cls, value: str | None) -> str | None:
+        from pydantic_core import PydanticCustomError
+
+        if value is None or value.startswith("thrift://") or posixpath.isabs(value):
+            return value
+        raise PydanticCustomError(
+            "invalid_metastore",
+            "expected a thrift:// URI or an absolute folder for the metastore, found {found}",
+            {"found": repr(value)},
+        )
 
     @field_validator("spark_conf", mode="before")
     @classmethod
@@ -115,6 +133,16 @@ class Environment(Model):
                     {"key": repr(key), "forms": FORMS},
                 )
         return value
+
+    def advise(self) -> list[str]:
+        """Settings that are valid but probably not meant."""
+        zone = self.spark_conf.get("spark.sql.session.timeZone")
+        if zone is not None and str(zone).upper() not in {"UTC", "Z", "+00:00", "ETC/UTC"}:
+            return [
+                f"environment {self.name!r} sets spark.sql.session.timeZone to {str(zone)!r}: "
+                "window_date and the event-time windows then follow that zone, not UTC"
+            ]
+        return []
 
     # ----------------------------------------------------------------- paths under the root
     def path(self, *parts: str) -> str:

@@ -11,6 +11,7 @@ a delete.
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
@@ -115,7 +116,9 @@ class HadoopStorage:
         if self.exists(path):
             raise StorageError(f"expected no file at {path}, found one (uploading {local_file})")
         staging = self._jvm.org.apache.hadoop.fs.Path(uploading_name(path))
-        local = self._jvm.org.apache.hadoop.fs.Path("file://" + local_file)
+        # through java.io.File: an absolute file: URI, whatever the name holds
+        local = self._jvm.org.apache.hadoop.fs.Path(
+            self._jvm.java.io.File(os.path.abspath(local_file)).toURI())
         self._call("upload", path, lambda: fs.copyFromLocalFile(False, True, local, staging))
         if modified_ms is not None:
             self._call("set the time of", path, lambda: fs.setTimes(staging, modified_ms, -1))

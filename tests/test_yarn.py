@@ -1,0 +1,135 @@
+"""spark-submit on a real YARN + HDFS cluster (deploy/yarn/minicluster.sh: Hadoop's own
+NameNode, DataNode, ResourceManager and NodeManager), against the same feed run locally.
+
+The demo's generator writes one small dirty feed. It runs once locally (this process's
+session) and once on YARN with the lakehouse on HDFS, at the same time: ``run all`` in
+cluster mode (the driver in a YARN container), then ``sql`` in client mode, each its own
+``spark-submit``.
+Silver and gold must be equal row for row, the landing files archived on HDFS, the unreadable
+file quarantined there, and the gold tables found by name from a separate process (the Hive
+catalog persists in the environment's metastore), whose session is in UTC even when its
+driver's JVM is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from examples.retail import demo
+from framework.cli import main
+from framework.config.loader import load_project
+from framework.config.model import Layer
+from framework.storage import land
+from framework.storage.hadoop import HadoopStorage
+from tests.support import BIN, REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.yarn]
+
+SUBMIT = REPO / "deploy" / "yarn" / "submit.sh"
+# Columns that record when and from where (landing times, paths) a row was ingested.
+INGESTION = {"_ingested_at", "_source_file", "_file_modification_time", "_batch_id"}
+
+
+def _submit(args: list[str], conf: Path, yarn: dict[str, str], dist: Path,
+            mode: str = "client", **more: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **yarn, **more, "DEPLOY_MODE": mode, "MEDALLION_CONF": str(conf),
+           "PYTHON": sys.executable, "SPARK_SUBMIT": str(BIN / "spark-submit"),
+           "DIST": str(dist), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONPATH", None)  # the package comes from the wheel the script ships
+    return subprocess.Popen(["bash", str(SUBMIT), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _comparable(df: DataFrame) -> DataFrame:
+    keep = [c for c in df.columns if c not in INGESTION]
+    return df.select(*keep).orderBy(*keep)
+
+
+def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
+    spark: SparkSession, yarn_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    yarn = yarn_cluster
+    conf, local_root = tmp_path / "conf", tmp_path / "local"
+    shutil.copytree(REPO / "conf" / "tables", conf / "tables")
+    suffix = uuid.uuid4().hex[:8]
+    schemas = {layer.value: f"{layer.value}_{suffix}" for layer in Layer}
+    hdfs_root = f"{yarn['MEDALLION_HDFS_ROOT']}/parity_{suffix}"
+    envs = {
+        "local": {"runtime": "local", "root": str(local_root), "master": "local[2]",
+                  "shuffle_partitions": 2, "schemas": schemas},
+        # the YARN environment takes its root and metastore from env.sh's variables
+        "yarn": {"runtime": "submit", "root": f"${{MEDALLION_HDFS_ROOT}}/parity_{suffix}",
+                 "metastore": "${MEDALLION_METASTORE}", "shuffle_partitions": 2,
+                 "spark_conf": {"spark.databricks.delta.snapshotPartitions": "2"}},
+    }
+    for name, body in envs.items():
+        (conf / "environments").mkdir(parents=True, exist_ok=True)
+        (conf / "environments" / f"{name}.yaml").write_text(yaml.safe_dump(body))
+
+    # one feed, copied before the local run archives it
+    size = ["--orders", "1500", "--files", "30"]
+    assert main(["demo", "--generate-only", *size, "--conf", str(conf), "--env", "local"]) == 0
+    feed, generated = demo.generate(load_project(conf, "local"), orders=1500, files=30)
+    assert not generated  # the manifest of the feed written above
+    pristine = tmp_path / "feed"
+    shutil.copytree(local_root / "landing", pristine)
+
+    # the feed lands on HDFS in delivery order, through Hadoop's FileSystem
+    hdfs = HadoopStorage(spark)
+    for table in ("orders", "customers", "stores"):
+        by_time = sorted((pristine / table).iterdir(), key=lambda p: p.stat().st_mtime)
+        land(hdfs, [str(p) for p in by_time], f"{hdfs_root}/landing/{table}")
+
+    # bronze -> silver -> gold on YARN with the driver in a container, and meanwhile here
+    dist = tmp_path / "dist"
+    run = _submit(["run", "all", "--env", "yarn"], conf, yarn, dist, mode="cluster")
+    try:
+        assert main(["run", "all", "--conf", str(conf), "--env", "local"]) == 0
+        out, err = run.communicate(timeout=900)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err[-5000:]  # the application's final status
+
+    # landing drained and archived on HDFS; the unreadable file quarantined there
+    landing = list(hdfs.list_files(f"{hdfs_root}/landing/orders"))
+    assert [f.path for f in landing] == []
+    archived = [f.path.rsplit("/", 1)[-1] for f in hdfs.list_files(f"{hdfs_root}/archive")
+                if not f.path.rsplit("/", 1)[-1].startswith((".", "_"))]
+    assert len([a for a in archived if a.startswith("orders-")]) == feed.files - 2
+    quarantined = [f.path for f in hdfs.list_files(f"{hdfs_root}/_quarantine")]
+    assert [q for q in quarantined if q.endswith("/" + feed.unreadable_file)], quarantined
+
+    # silver and gold row for row
+    for layer, table in [("bronze", "orders"), ("silver", "orders"), ("silver", "customers"),
+                         ("silver", "stores"), ("gold", "store_sales")]:
+        on_yarn = spark.read.format("delta").load(f"{hdfs_root}/tables/{layer}/{table}")
+        here = spark.read.format("delta").load(str(local_root / "tables" / layer / table))
+        assert on_yarn.count() > 0, (layer, table)
+        assert_df_equality(_comparable(on_yarn), _comparable(here), ignore_nullable=True)
+
+    # A separate spark-submit finds the gold tables by name (the mart is a view over them).
+    # Its driver's JVM runs in another time zone: the session is in UTC all the same.
+    query = "SELECT *, current_timezone() AS session_zone FROM gold.regional_sales ORDER BY ALL"
+    asked = _submit(["sql", query, "--json", "--limit", "100000", "--env", "yarn"], conf,
+                    yarn, dist, SPARK_SUBMIT_ARGS="--driver-java-options "
+                    "-Duser.timezone=America/New_York")
+    out, err = asked.communicate(timeout=600)
+    assert asked.returncode == 0, err[-3000:]
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    expected = spark.sql(query.replace("gold.", f"{schemas['gold']}.")).collect()
+    assert len(rows) == len(expected) > 0
+    assert {r["session_zone"] for r in rows} == {"UTC"}
+    assert rows == [json.loads(json.dumps(r.asDict(recursive=True), default=str))
+                    for r in expected]
