@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from framework.config.model import Environment, Runtime
 from framework.config.secrets import SecretRef
 from framework.errors import DeltaNotAvailableError, SessionError
+from framework.logging import get_logger
 from framework.storage import local_path
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -114,6 +115,38 @@ def storage_conf(env: Environment) -> dict[str, str]:
     return hadoop_settings(env.storage)
 
 
+def set_aside_unfinished_metastore(folder: str) -> str | None:
+    """Move aside an embedded Derby metastore whose creation was cut short.
+
+    A driver killed while Derby creates the database leaves a folder without
+    ``service.properties``, which Derby refuses on every later start ("Perhaps Derby was
+    brought down in the middle of creating this database"): no command could run again. Such
+    a folder holds no catalog yet (the tables' data and logs are under the root, not in it);
+    it is renamed ``<folder>.unfinished-<seconds>``, unless a live process holds its lock,
+    that is, is creating it right now. Returns the new name, or None if nothing was moved."""
+    import fcntl
+    import time
+
+    path = Path(folder)
+    if not path.is_dir() or (path / "service.properties").exists():
+        return None
+    lock = path / "dbex.lck"
+    if lock.exists():
+        with open(lock, "r+b") as fh:
+            try:  # Derby holds this file locked while a JVM has the database open
+                fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return None
+            fcntl.lockf(fh, fcntl.LOCK_UN)
+    target = f"{folder}.unfinished-{int(time.time())}"
+    os.rename(folder, target)
+    get_logger(metastore=folder).warning(
+        "session.metastore.unfinished", moved_to=target,
+        reason="the embedded metastore's creation was cut short (no service.properties); "
+        "it held no catalog yet and is created again")
+    return target
+
+
 def local_cores(master: str) -> int | None:
     """The cores a ``local`` master runs tasks on: N for ``local[N]`` or ``local[N,F]``, every
     core of the machine for ``local[*]``, one for ``local``; None for a cluster's master."""
@@ -135,6 +168,8 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         )
     root = env.root.removeprefix("file:")
     os.makedirs(root, exist_ok=True)
+    if env.metastore is None or not env.metastore.startswith("thrift://"):
+        set_aside_unfinished_metastore(env.metastore or os.path.join(root, "metastore_db"))
     settings: dict[str, str] = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -234,6 +269,8 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
 
 def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
+    if env.metastore is not None and not env.metastore.startswith("thrift://"):
+        set_aside_unfinished_metastore(env.metastore)  # a folder on the driver's host
     builder = SparkSession.builder.appName(app_name)
     for key, value in submit_conf(env, conf).items():
         builder = builder.config(key, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -18,6 +19,7 @@ from framework.session import (
     delta_package,
     get_spark,
     local_cores,
+    set_aside_unfinished_metastore,
     submit_conf,
 )
 from tests.support import BIN, REPO, Lakehouse
@@ -116,3 +118,45 @@ def test_a_databricks_session_is_pinned_to_utc_unless_the_environment_says(
         assert get_spark(paris).conf.get(TIME_ZONE) == "Europe/Paris"
     finally:
         spark.conf.set(TIME_ZONE, "UTC")
+
+
+def _unfinished_metastore(folder: Path) -> None:
+    """What a driver killed while Derby creates its database leaves (chaos seed 1, kill 1)."""
+    for part in ("log", "seg0", "tmp"):
+        (folder / part).mkdir(parents=True)
+    for lock in ("db.lck", "dbex.lck"):
+        (folder / lock).write_bytes(b"")
+
+
+@pytest.mark.slow
+def test_a_metastore_whose_creation_was_killed_is_created_again(lakehouse: Lakehouse) -> None:
+    metastore = lakehouse.root / "metastore_db"
+    _unfinished_metastore(metastore)
+    result = subprocess.run(
+        [str(BIN / "medallion"), "sql", "SHOW DATABASES", "--json"],
+        capture_output=True, text=True, env=lakehouse.cli_env(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '{"namespace": "default"}' in result.stdout
+    assert (metastore / "service.properties").is_file()
+    assert [p.name.split("-")[0] for p in lakehouse.root.glob("metastore_db.unfinished-*")] == [
+        "metastore_db.unfinished"]
+    assert '"event": "session.metastore.unfinished"' in result.stderr
+
+
+def test_a_metastore_being_created_by_a_live_process_is_left_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "metastore_db"
+    _unfinished_metastore(folder)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         f"fh = open({str(folder / 'dbex.lck')!r}, 'r+b')\n"
+         "fcntl.lockf(fh, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert set_aside_unfinished_metastore(str(folder)) is None
+        assert folder.is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert set_aside_unfinished_metastore(str(folder)) is not None
+    assert not folder.exists()
