@@ -1,39 +1,65 @@
-"""Crash consistency: kill the driver at seeded random moments, restart, and compare the lake
-with a clean run of the same feed.
+"""Crash consistency: interrupt the driver in every phase of bronze, silver and gold, restart,
+and compare the lake with a clean run of the same feed.
 
-    python bench/chaos.py --kills 20 --seed 1 [--orders 3000] [--files 30]
+    python bench/chaos.py --kills 20 --seed 1 [--terms 2] [--faults 0.3] [--orders 3000]
 
 The demo's generator writes one dirty feed (duplicates, re-deliveries, malformed lines, an
-unreadable file), copied into two fresh roots. The clean root is run once with
-``medallion run all`` (availableNow). The chaos root is run the same way as its own process
-group, which is killed with SIGKILL at a moment drawn uniformly over the clean run's duration
-(seeded), and started again, until ``--kills`` kills have landed; then it runs to the end. The
-job's last event before each kill is recorded, to show which phase the kill hit.
+unreadable file), delivered in ``--deliveries`` slices (in the order of the files' times) into
+two fresh roots. The tables are the demo's, plus what the demo leaves out: its mart
+materialized, and a gold aggregate in append mode. After each delivery the clean root is run
+once with ``medallion run all`` (availableNow). The chaos root is run the same way, as its own
+process group, and interrupted, restarted, interrupted again... until the delivery's share of
+the kills has landed; then it runs to the end, and the next delivery lands.
+
+Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
+phase, then a seeded random delay of up to the phase's length, and kills the process group
+with SIGKILL. The phases: session start-up and the metastore, a bronze query's first listing,
+mid-batch, between a bronze commit and its ledger commit, the reconciler's moves, its ledger
+replace, a silver MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment drawn
+over the clean run's duration. A delivery takes its kills in the pipeline's order; one whose
+run ends before the phase opens passes the kill on to the next delivery.
+
+``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
+that says it stopped (or finished), and the next run carry on.
+
+``--faults RATE`` puts the chaos root on ``faulty://``, Hadoop's local file system with a
+seeded fraction of the renames and deletes of landing files refused (``tests/faultfs``): the
+moves of Spark's ``cleanSource`` and of the reconciler. The runs that follow the kills run
+with the faults on too; the run that ends each delivery and the last one with them off, and
+they must settle every file left behind.
 
 Then the two roots must hold the same lake:
 
-* every Delta table (bronze, its quarantine and file ledger, silver, gold) row for row, with
-  chispa, leaving out the columns that record when a row was ingested and where the root is;
-* landing drained, and the same files archived and quarantined.
+* every Delta table (bronze, its quarantine and file ledger, silver and its quarantine, gold,
+  the mart) row for row, with chispa, leaving out the columns that record when a row was
+  ingested and where the root is;
+* bronze's rows per order id as many as the clean run's (``lost``, ``duplicated``);
+* landing drained, and the same files archived and quarantined;
+* the summaries' counts adding up: in every completed run, each silver table's rows in = rows
+  written + duplicates + late + dropped + quarantined; over the clean runs, silver's rows in =
+  bronze's rows.
 
-Any difference is printed with the seed and the kill times, so it can be replayed. The last
-line is one JSON object: ``kills``, ``restarts``, ``lost``, ``duplicated``,
-``mismatched_tables`` and ``ratio`` = kills survived / kills (all of them when the lake
-matches, none when it does not).
+Any difference is printed with the seed, the phases and the kill times, so it can be replayed.
+The last line is one JSON object: ``kills``, ``restarts``, ``lost``, ``duplicated``,
+``mismatched_tables``, the interruptions and ``ratio`` = kills survived / kills (all of them
+when the lake matches, none when it does not).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,41 +74,224 @@ VOLATILE = {"_ingested_at", "_source_file", "_quarantined_at", "ingested_at", "u
             "path", "location", "_commit_version", "_commit_timestamp"}
 
 
-def write_conf(work: Path, name: str, root: Path) -> None:
-    conf = work / "conf"
-    if not (conf / "tables").exists():
-        shutil.copytree(REPO / "conf" / "tables", conf / "tables")
-    (conf / "environments").mkdir(parents=True, exist_ok=True)
-    (conf / "environments" / f"{name}.yaml").write_text(yaml.safe_dump({
-        "runtime": "local", "root": str(root), "master": "local[2]", "shuffle_partitions": 2,
-        "schemas": {"bronze": f"bronze_{name}", "silver": f"silver_{name}",
-                    "gold": f"gold_{name}"},
-        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": "2g"}}))
+@dataclass(frozen=True)
+class Phase:
+    """Where an interruption aims: after ``event`` (of a table whose name holds ``table``)
+    by up to ``within`` seconds; with no event, at a moment up to ``within`` seconds after the
+    start (or over the clean run's duration, when ``within`` is 0)."""
+
+    name: str
+    event: str | None
+    within: float
+    table: str = ""
 
 
-def start(work: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = work / f"{name}-{time.time_ns()}.log"
+PHASES = [  # in the pipeline's order
+    Phase("start-up", None, 14.0),
+    Phase("listing", "stream.query.started", 0.6, "bronze"),
+    Phase("mid-batch", "bronze.batch.started", 1.5),
+    Phase("bronze-ledger", "bronze.batch.appended", 0.4),
+    Phase("archiving", "bronze.landing.reconciling", 0.15),
+    Phase("ledger-replace", "bronze.ledger.replacing", 0.6),
+    Phase("silver-merge", "silver.batch.merging", 1.0),
+    Phase("gold-merge", "gold.batch.merging", 1.0),
+    Phase("gold-append", "stream.query.started", 2.5, "store_sales_final"),
+    Phase("mart-rewrite", "gold.mart.writing", 1.0),
+    Phase("anywhere", None, 0.0),
+]
+ORDER = {p.name: i for i, p in enumerate(PHASES)}
+FAULT = re.compile(r"injected fault: (\w+ of \S+) refused")
+BY_NAME = {p.name: p for p in PHASES}
+
+
+@dataclass
+class Interruption:
+    phase: str
+    signal: str  # KILL or TERM
+    delay: float  # seconds after the phase's event (or after the start)
+    delivery: int = -1
+    at_s: float | None = None  # seconds after the start when it was sent
+    after: str = ""  # the job's last event before it
+    outcome: str = "planned"  # killed, stopped, missed (the run ended first), failed
+    exit_code: int | None = None
+
+    def brief(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "delay"}
+
+
+@dataclass
+class Lake:
+    """One root, its environment and the summaries of its completed runs."""
+
+    name: str
+    root: Path
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------- set-up
+def write_tables(work: Path, only: set[str] | None = None) -> None:
+    """The demo's tables, its mart materialized, and a gold aggregate in append mode (of
+    those named in ``only``, when given)."""
+    tables = work / "conf" / "tables"
+    shutil.copytree(REPO / "conf" / "tables", tables)
+    mart = tables / "gold" / "regional_sales.yaml"
+    mart.write_text(mart.read_text() + "materialize: true\n")
+    final = yaml.safe_load((tables / "gold" / "store_sales.yaml").read_text())
+    final.update(description="Orders and revenue per store and day, written once the day is "
+                             "final.", output_mode="append")
+    final["aggregates"] = final["aggregates"][:1] + final["aggregates"][2:]
+    (tables / "gold" / "store_sales_final.yaml").write_text(yaml.safe_dump(final))
+    for spec in tables.rglob("*.yaml"):
+        if only is not None and spec.stem not in only:
+            spec.unlink()
+
+
+def write_env(work: Path, lake: Lake, faults: dict[str, str] | None = None) -> None:
+    spark_conf = {"spark.ui.enabled": "false", "spark.driver.memory": "2g"}
+    root = str(lake.root)
+    if faults is not None:
+        from tests.faultfs import spark_conf as faulty_conf
+
+        spark_conf |= faulty_conf(**faults)
+        root = f"faulty://{lake.root}"
+        extra = {"metastore": str(lake.root / "metastore_db")}  # the catalog stays local
+    else:
+        extra = {}
+    folder = work / "conf" / "environments"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{lake.name}.yaml").write_text(yaml.safe_dump({
+        "runtime": "local", "root": root, "master": "local[2]", "shuffle_partitions": 2,
+        "schemas": {layer: f"{layer}_{lake.name}" for layer in ("bronze", "silver", "gold")},
+        "spark_conf": spark_conf, **extra}))
+
+
+def deliveries(landing: Path, count: int) -> list[list[Path]]:
+    """The feed's files in the order of their times, in ``count`` slices."""
+    files = sorted((p for p in landing.rglob("*") if p.is_file()),
+                   key=lambda p: (p.stat().st_mtime_ns, p.name))
+    size = math.ceil(len(files) / count)
+    return [files[i:i + size] for i in range(0, len(files), size)]
+
+
+def deliver(files: list[Path], feed: Path, roots: list[Path]) -> None:
+    for f in files:
+        for root in roots:
+            target = root / f.relative_to(feed)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)  # keeps the file's time: Spark reads in that order
+
+
+# ---------------------------------------------------------------------------------- runs
+def start(work: Path, lake: Lake) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    stamp = time.time_ns()
+    log, summary = work / f"{lake.name}-{stamp}.log", work / f"{lake.name}-{stamp}.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [str(BIN / "medallion"), "run", "all", "--conf", str(work / "conf"), "--env", name,
-             "--log-format", "json"],
+            [str(BIN / "medallion"), "run", "all", "--conf", str(work / "conf"),
+             "--env", lake.name, "--log-format", "json", "--log-level", "debug",
+             "--summary", str(summary)],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return process, log
+    return process, log, summary
 
 
-def last_event(log: Path) -> str:
-    for line in reversed(log.read_text(errors="replace").splitlines()):
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            return f"{event.get('table', '')} {event.get('event', '')}".strip()
-    return "(before the first event)"
+def run_through(work: Path, lake: Lake, tries: int = 3) -> float:
+    """Run until a run succeeds; its duration."""
+    for _ in range(tries):
+        began = time.perf_counter()
+        process, log, summary = start(work, lake)
+        if process.wait() == 0:
+            lake.summaries.append(json.loads(summary.read_text()))
+            return time.perf_counter() - began
+        print(f"  a run of {lake.name} failed (exit {process.returncode}): {log}", flush=True)
+    raise SystemExit(f"{lake.name} did not complete in {tries} runs")
 
 
+class LogTail:
+    """The JSON events a run has written so far."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.rest, self.last = path, 0, "", ""
+
+    def events(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read().decode(errors="replace")
+        self.offset += len(chunk.encode(errors="replace"))
+        lines = (self.rest + chunk).split("\n")
+        self.rest = lines.pop()
+        found = []
+        for line in lines:
+            if line.startswith("{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                found.append(event)
+                self.last = f"{event.get('table', '')} {event.get('event', '')}".strip()
+        return found
+
+
+def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> Interruption:
+    """Start a run, and send ``plan``'s signal when its phase comes."""
+    phase = BY_NAME[plan.phase]
+    process, log, summary = start(work, lake)
+    began = time.monotonic()
+    tail = LogTail(log)
+    fire = began + (plan.delay if phase.within else plan.delay * duration) \
+        if phase.event is None else None
+    while process.poll() is None:
+        if fire is None:
+            for event in tail.events():
+                if event.get("event") == phase.event and phase.table in event.get("table", ""):
+                    fire = time.monotonic() + plan.delay
+                    break
+        if fire is not None and time.monotonic() >= fire:
+            tail.events()
+            plan.at_s, plan.after = round(time.monotonic() - began, 2), tail.last
+            if plan.signal == "KILL":
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.send_signal(signal.SIGTERM)  # the driver only, as a scheduler does
+            break
+        time.sleep(0.02)
+    try:
+        plan.exit_code = process.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        plan.exit_code = process.wait()
+    if plan.at_s is None:
+        plan.outcome = "missed" if plan.exit_code == 0 else "failed"
+    elif plan.signal == "KILL":
+        plan.outcome = "killed"
+    else:
+        done = json.loads(summary.read_text()) if summary.exists() else {}
+        plan.outcome = "stopped" if plan.exit_code == 0 and done.get("status") in (
+            "stopped", "succeeded") else "failed"
+        if done:
+            lake.summaries.append(done)
+    if plan.outcome in ("missed", "failed") and plan.exit_code == 0:
+        lake.summaries.append(json.loads(summary.read_text()))
+    if plan.outcome == "failed":
+        print(f"  the run failed (exit {plan.exit_code}): {log}", flush=True)
+    return plan
+
+
+def make_plan(rng: random.Random, kills: int, terms: int) -> list[Interruption]:
+    """``kills`` SIGKILLs and ``terms`` SIGTERMs, the phases dealt from shuffled decks."""
+    phases: list[str] = []
+    while len(phases) < kills + terms:
+        deck = [p.name for p in PHASES]
+        rng.shuffle(deck)
+        phases += deck
+    signals = ["KILL"] * kills + ["TERM"] * terms
+    rng.shuffle(signals)
+    return [Interruption(name, sig, rng.uniform(0.0, BY_NAME[name].within or 1.0))
+            for name, sig in zip(phases, signals, strict=False)]
+
+
+# ---------------------------------------------------------------------------------- checks
 def files_under(folder: Path, names: set[str]) -> list[str]:
     """The feed's files under ``folder`` (not the archive's own manifests)."""
     return sorted(p.name for p in folder.rglob("*") if p.is_file() and p.name in names)
@@ -103,11 +312,13 @@ def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
         try:
             b = spark.read.format("delta").load(str(chaos / "tables" / table))
             keep = [c for c in a.columns if c not in VOLATILE]
+            # the column comments name the lake's own schemas (gold_clean, gold_chaos)
             assert_df_equality(b.select(keep).orderBy(*keep), a.select(keep).orderBy(*keep),
-                               ignore_nullable=True)
+                               ignore_nullable=True, ignore_metadata=True)
         except Exception as exc:  # any difference, or a table missing
-            print(f"  mismatch in {table}: {str(exc).splitlines()[0][:300]}", flush=True)
+            print(f"  mismatch in {table}: {' '.join(str(exc).split())[:400]}", flush=True)
             mismatched.append(str(table))
+
     def per_id(root: Path) -> Any:
         bronze = spark.read.format("delta").load(str(root / "tables" / "bronze" / "orders"))
         return bronze.groupBy("order_id").count()
@@ -126,81 +337,149 @@ def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
     return mismatched, int(totals["lost"] or 0), int(totals["dup"] or 0)
 
 
-def main() -> None:
+def summary_mismatches(spark: Any, clean: Lake, chaos: Lake) -> list[str]:
+    """Where the summaries' counts do not add up (see the module's text)."""
+    wrong = []
+    rows_in: dict[str, int] = {}
+    for lake in (clean, chaos):
+        for run in lake.summaries:
+            for t in run["tables"]:
+                counts = t.get("counts") or {}
+                if t["layer"] != "silver" or "rows_in" not in counts:
+                    continue  # not silver, or it did not finish
+                parts = sum(counts.get(k, 0) for k in (
+                    "rows_out", "duplicates_dropped", "late_rows_dropped", "dropped_rows",
+                    "quarantined_rows"))
+                if counts["rows_in"] != parts:
+                    wrong.append(f"{lake.name} run {run['run_id']}: {t['table']} rows in "
+                                 f"{counts['rows_in']} != {parts}")
+                if lake is clean:
+                    name = t["table"].rsplit(".", 1)[-1]
+                    rows_in[name] = rows_in.get(name, 0) + counts["rows_in"]
+    for name, n in sorted(rows_in.items()):
+        bronze = spark.read.format("delta").load(str(clean.root / "tables" / "bronze" / name))
+        if bronze.count() != n:
+            wrong.append(f"clean: silver {name} read {n} rows, bronze holds {bronze.count()}")
+    for line in wrong:
+        print(f"  summary: {line}", flush=True)
+    return wrong
+
+
+# ---------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs the harness (``argv`` as on the command line); the result printed last."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--terms", type=int, default=2, help="SIGTERMs besides the kills")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--orders", type=int, default=3000)
     parser.add_argument("--files", type=int, default=30)
+    parser.add_argument("--deliveries", type=int, default=3)
+    parser.add_argument("--faults", type=float, default=0.0,
+                        help="fraction of landing files' renames and deletes refused")
+    parser.add_argument("--phases", help="kill in these phases, in this order, instead "
+                        "(comma-separated; to replay a finding)")
+    parser.add_argument("--tables", help="only these tables (names, comma-separated)")
+    parser.add_argument("--work", help="work folder (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    began = time.perf_counter()
 
-    work = Path(tempfile.mkdtemp(prefix=f"chaos-{args.seed}-"))
-    clean, chaos, feed = work / "clean", work / "chaos", work / "feed"
-    for name, root in (("clean", clean), ("chaos", chaos), ("feed", feed)):
-        write_conf(work, name, root)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix=f"chaos-{args.seed}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    clean, chaos = Lake("clean", work / "clean"), Lake("chaos", work / "chaos")
+    feed = work / "feed"
+    write_tables(work, set(args.tables.split(",")) if args.tables else None)
+    for lake in (clean, chaos, Lake("feed", feed)):
+        write_env(work, lake)
     from framework.cli import main as medallion
 
     if medallion(["demo", "--generate-only", "--orders", str(args.orders), "--files",
                   str(args.files), "--conf", str(work / "conf"), "--env", "feed",
                   "--log-level", "error"]) != 0:
         sys.exit("the feed could not be generated")
-    for root in (clean, chaos):
-        shutil.copytree(feed / "landing", root / "landing")  # copies keep the files' times
-
-    began = time.perf_counter()
-    process, log = start(work, "clean")
-    if process.wait() != 0:
-        sys.exit(f"the clean run failed: {log}")
-    duration = time.perf_counter() - began
-    print(f"clean run: {duration:.1f} s", flush=True)
-
-    kills: list[dict[str, Any]] = []
+    slices = deliveries(feed / "landing", args.deliveries)
+    for folder in (p for p in (feed / "landing").rglob("*") if p.is_dir()):
+        for root in (clean.root, chaos.root):  # as 'medallion init' makes them
+            (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
+    plan = make_plan(rng, args.kills, args.terms)
+    if args.phases:
+        plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))
+                for name in args.phases.split(",")]
+    fault_seed = args.seed * 1000
+    pending: list[Interruption] = []
+    done: list[Interruption] = []
     restarts = 0
-    while len(kills) < args.kills:
-        at = rng.uniform(0.5, duration)
-        process, log = start(work, "chaos")
+    for d, files in enumerate(slices):
+        deliver(files, feed, [clean.root, chaos.root])
+        duration = run_through(work, clean)
+        left = len(slices) - d
+        share = math.ceil((len(plan) + len(pending)) / left)
+        take, plan = plan[:max(share - len(pending), 0)], plan[max(share - len(pending), 0):]
+        pending = sorted(pending + take, key=lambda p: ORDER[p.phase])
+        print(f"delivery {d + 1}/{len(slices)}: {len(files)} files, clean run {duration:.1f} s, "
+              f"{len(pending)} interruptions planned", flush=True)
+        while pending:
+            if args.faults:
+                fault_seed += 1
+                write_env(work, chaos, {"rate": str(args.faults), "seed": str(fault_seed)})
+            step = interrupt(work, chaos, pending[0], duration)
+            step.delivery = d + 1
+            restarts += 1
+            if step.outcome == "missed":
+                print(f"  {step.phase}: the run ended before the phase", flush=True)
+                break  # the delivery is in; the phase waits for the next one
+            pending.pop(0)
+            done.append(step)
+            print(f"  {step.signal} in {step.phase} at {step.at_s} s, after "
+                  f"{step.after or '(no event yet)'}: {step.outcome}", flush=True)
+        if args.faults:  # the store repaired: the run must settle what was left
+            write_env(work, chaos, {"rate": "0"})
+        run_through(work, chaos)
         restarts += 1
-        try:
-            process.wait(timeout=at)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            kills.append({"at_s": round(at, 1), "last_event": last_event(log)})
-            print(f"kill {len(kills)} at {at:.1f} s, after: {kills[-1]['last_event']}",
-                  flush=True)
-            continue
-        if process.returncode != 0:
-            print(f"a restart failed (exit {process.returncode}): {log}", flush=True)
-        else:  # it finished before the kill: the lake is complete; start over on a new feed
-            print(f"run {restarts} finished before the kill at {at:.1f} s", flush=True)
-            break
-    for _ in range(3):
-        process, log = start(work, "chaos")
-        restarts += 1
-        if process.wait() == 0:
-            break
-        print(f"a final run failed (exit {process.returncode}): {log}", flush=True)
+    missed = pending + plan
+    for step in missed:
+        step.outcome = "missed"
 
-    from framework.config.model import Environment, Runtime
-    from framework.session import get_spark
+    from pyspark.sql import SparkSession
 
-    spark = get_spark(Environment(name="compare", runtime=Runtime.LOCAL, root=str(work / "cmp"),
-                                  master="local[2]", shuffle_partitions=2),
-                      "chaos-compare", {"spark.ui.enabled": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = SparkSession.getActiveSession()  # a caller's (the tests'), or one of its own
+    if spark is None:
+        from framework.config.model import Environment, Runtime
+        from framework.session import get_spark
+
+        spark = get_spark(Environment(name="compare", runtime=Runtime.LOCAL,
+                                      root=str(work / "cmp"), master="local[2]",
+                                      shuffle_partitions=2),
+                          "chaos-compare", {"spark.ui.enabled": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
     names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()}
-    mismatched, lost, duplicated = compare(spark, clean, chaos, names)
-    survived = len(kills) if not (mismatched or lost or duplicated) else 0
-    if survived < len(kills):
-        print(f"FAILED with seed {args.seed}; kills at {[k['at_s'] for k in kills]} s; "
-              f"work folder {work}", flush=True)
+    mismatched, lost, duplicated = compare(spark, clean.root, chaos.root, names)
+    summaries = summary_mismatches(spark, clean, chaos)
+    refused = sorted({m for log in work.glob("chaos-*.log")
+                      for m in FAULT.findall(log.read_text(errors="replace"))})
+    kills = [s for s in done if s.signal == "KILL"]
+    terms = [s for s in done if s.signal == "TERM"]
+    failed = [s for s in done if s.outcome == "failed"]
+    ok = not (mismatched or lost or duplicated or summaries or failed)
+    if not ok:
+        print(f"FAILED with seed {args.seed} (--faults {args.faults}); interruptions: "
+              f"{[(s.phase, s.signal, s.at_s) for s in done]}; work folder {work}", flush=True)
     elif not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({"seed": args.seed, "kills": len(kills), "restarts": restarts,
-                      "lost": lost, "duplicated": duplicated, "mismatched_tables": mismatched,
-                      "kill_points": kills, "ratio": survived / len(kills) if kills else 0.0}))
+    result = {
+        "seed": args.seed, "faults": args.faults, "kills": len(kills), "terms": len(terms),
+        "terms_stopped_cleanly": sum(s.outcome == "stopped" for s in terms),
+        "restarts": restarts, "operations_refused": len(refused), "lost": lost,
+        "duplicated": duplicated,
+        "mismatched_tables": mismatched, "summary_mismatches": summaries,
+        "phases_hit": sorted({s.phase for s in done}, key=ORDER.get),
+        "missed": [s.phase for s in missed], "interruptions": [s.brief() for s in done],
+        "seconds": round(time.perf_counter() - began, 1),
+        "ratio": (len(kills) if ok else 0) / len(kills) if kills else 0.0}
+    print(json.dumps(result), flush=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -168,6 +168,8 @@ class BronzeJob(StreamingJob):
         checks = FileChecks(self.spark, self.spec, self.schema, log)
         seconds: dict[str, float] = {}
         replayed = self._written(self.table.full_name, batch_id)
+        log.debug("bronze.batch.started", files=len(files), unreadable_files=len(failed),
+                  replayed=replayed)
         metrics = {"records": 0, "quarantined": 0}
         while readable := [f for f in files if f not in failed]:
             source = batch if not failed else checks.read(readable)
@@ -213,6 +215,7 @@ class BronzeJob(StreamingJob):
             else:
                 self._append(split.good, self.table.full_name, batch_id)
                 metrics = split.observation.get
+                self.log.debug("bronze.batch.appended", batch_id=batch_id, **metrics)
         if metrics["quarantined"] and not self._written(self.quarantine_table, batch_id):
             with timed(seconds, "quarantine"):
                 self._append(split.quarantine_rows(), self.quarantine_table, batch_id)

@@ -34,6 +34,7 @@ from bronze.ledger import LEDGER_SCHEMA, FileStatus
 from bronze.spec import CleanSource
 from framework.checkpoint import last_committed_batch, last_reconciled_batch, mark_reconciled
 from framework.delta import literal_rows, replace_rows
+from framework.errors import StorageError
 from framework.storage import FileInfo, Storage, archive_target, local_path
 
 MANIFESTS = "_manifests"
@@ -80,7 +81,8 @@ class Reconciler:
                   ) -> dict[str, int]:
         """Settle the files of ``run_rows`` (this run's ledger rows, by batch) whose batch is
         committed and, with ``read_ledger`` or when an earlier run left files unsettled, the
-        ones the ledger still has pending. Returns the files archived, deleted, quarantined."""
+        ones the ledger still has pending. Returns the files archived, deleted, quarantined, and
+        those left where they were (a move the store refused: the next run tries again)."""
         committed = last_committed_batch(self.checkpoint, self.storage)
         failed_only = self.mode is CleanSource.OFF
         pending = ({FileStatus.FAILED} if failed_only
@@ -95,12 +97,19 @@ class Reconciler:
         changed: list[int] = []
         archived: list[str] = []
         unsettled = 0
+        self.log.debug("bronze.landing.reconciling", committed_batch=committed,
+                       batches=len(batches))
         for batch_id, rows in sorted(batches.items()):
             for row in rows:
                 if row["status"] not in pending:
                     continue
-                settled = settle_file(self.storage, row["path"], row["status"], self.mode,
-                                      self.archive_dir, self.quarantine_dir)
+                try:
+                    settled = settle_file(self.storage, row["path"], row["status"], self.mode,
+                                          self.archive_dir, self.quarantine_dir)
+                except StorageError as exc:  # left in landing: the next run settles it
+                    self.log.warning("bronze.file.unsettled", path=row["path"],
+                                     batch_id=batch_id, error=str(exc))
+                    settled = None
                 if settled is None:
                     unsettled += 1
                     continue
@@ -114,6 +123,7 @@ class Reconciler:
         if archived:
             self._write_manifest(archived)
         if changed:
+            self.log.debug("bronze.ledger.replacing", batches=changed)
             df = literal_rows(
                 self.spark,
                 [tuple(r[f] for f in LEDGER_SCHEMA.names) for b in changed for r in batches[b]],
@@ -121,8 +131,9 @@ class Reconciler:
             replace_rows(df, self.ledger, f"batch_id IN ({', '.join(map(str, changed))})")
         if not unsettled and committed >= 0:
             mark_reconciled(self.checkpoint, committed, self.storage, failed_only=failed_only)
-        self.log.info("bronze.landing.reconciled", committed_batch=committed,
-                      unsettled_files=unsettled, **counted)
+        counted["files_unsettled"] = unsettled
+        log = self.log.warning if unsettled else self.log.info
+        log("bronze.landing.reconciled", committed_batch=committed, **counted)
         return counted
 
     def _unsettled(self, committed: int, pending: set[FileStatus], skip: Iterable[int]

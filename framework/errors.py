@@ -123,6 +123,9 @@ def first_line(exc: BaseException) -> str:
     """The first non-blank line of an error's message (Spark's errors carry the plan and the
     JVM's stack after it; a parse error's message starts on its second line)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        # Py4J's own words; the JVM's exception (": java.lang...: what") is on the next line
+        return f"{lines[0]} {lines[1].removeprefix(': ')}"
     return lines[0] if lines else type(exc).__name__
 
 

@@ -162,21 +162,30 @@ def local_cores(master: str) -> int | None:
 def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     from delta import configure_spark_with_delta_pip
 
-    if "://" in env.root and not env.root.startswith("file:"):
+    remote = "://" in env.root and not env.root.startswith("file:")
+    if remote and env.metastore is None:
         raise SessionError(
-            f"expected a local folder as the root of a local environment, found {env.root!r}"
-        )
-    root = env.root.removeprefix("file:")
-    os.makedirs(root, exist_ok=True)
+            f"expected a local folder as the root of a local environment, or a metastore "
+            f"(a local folder or thrift:// URI) for its root on another file system, found "
+            f"root {env.root!r} and no metastore")
+    # A root on another Hadoop file system (hdfs://...) keeps its tables there; the catalog
+    # is the metastore named.
+    root = None if remote else env.root.removeprefix("file:")
+    if root is not None:
+        os.makedirs(root, exist_ok=True)
+    derby_home = root
     if env.metastore is None or not env.metastore.startswith("thrift://"):
-        set_aside_unfinished_metastore(env.metastore or os.path.join(root, "metastore_db"))
+        metastore = env.metastore or os.path.join(str(root), "metastore_db")
+        set_aside_unfinished_metastore(metastore)
+        derby_home = derby_home or os.path.dirname(metastore)
+    java_options = "-Xss16m" if derby_home is None else f"-Dderby.system.home={derby_home} -Xss16m"
     settings: dict[str, str] = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         **catalog_conf(env, local_root=root),
         # -Xss: on stop(), Spark regex-matches the Python error text of an interrupted
         # foreachBatch (SPARK-39218); a long traceback overflows the default thread stack.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root} -Xss16m",
+        "spark.driver.extraJavaOptions": java_options,
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
         TIME_ZONE: "UTC",

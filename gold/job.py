@@ -191,6 +191,7 @@ class AggregateJob(StreamingJob):
         values) into the table."""
         on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.spec.merge_keys)
         source = batch.persist()  # MERGE may read its source twice: run the state once
+        self.log.debug("gold.batch.merging", batch_id=batch_id)
         try:
             result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")
                       .merge(source.alias("s"), on)

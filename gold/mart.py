@@ -232,6 +232,8 @@ class MartJob(Job):
                           f"versions {built[fact]} and {versions[fact]} (not recorded, "
                           f"{CHANGE_FEED} is off, or its schema changed)")
         writer = df.write.format("delta").mode("overwrite")
+        self.log.debug("gold.mart.writing", mart=mart, full_rebuild=reason,
+                       partitions=len(changed or []))
         if reason is not None:
             writer.option("overwriteSchema", str(new_columns).lower()).save(self.table.location)
             self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)

@@ -389,6 +389,7 @@ class SilverJob(StreamingJob):
         source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
             .drop("_rank")
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
+        self.log.debug("silver.batch.merging", keys=keys)
         (DeltaTable.forPath(self.spark, self.table.location).alias("t")
          .merge(source.alias("s"), on)
          .whenMatchedUpdateAll(condition=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")

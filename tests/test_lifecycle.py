@@ -1,10 +1,9 @@
 """The job lifecycle under stress, with the real `medallion` command in a subprocess:
-a SIGTERM stops at a batch boundary; a killed driver loses and duplicates nothing."""
+a SIGTERM stops at a batch boundary (kills: tests/test_crash.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,16 +11,13 @@ import time
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from framework.checkpoint import last_committed_batch
 from tests.support import (
     REPO,
     CliRun,
     Lakehouse,
-    archived_files,
     bronze_spec,
-    files_under,
     write_order_files,
 )
 
@@ -83,37 +79,6 @@ def test_sigterm_stops_at_a_batch_boundary_and_a_restart_continues(
     _, df = _bronze(spark, lakehouse)
     assert df.count() == len(ids) == df.select("order_id").distinct().count()
     assert sorted(r[0] for r in df.select("order_id").collect()) == sorted(ids)
-
-
-def test_a_killed_driver_loses_nothing_and_duplicates_nothing(
-    spark: SparkSession, lakehouse: Lakehouse
-) -> None:
-    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=2))
-    landing = lakehouse.path("landing", "orders")
-    ids = write_order_files(landing, files=8, per_file=PER_FILE)
-
-    run = CliRun(["run", "bronze"], lakehouse.cli_env())
-    run.wait_for("bronze.batch.committed", batch_id=1)
-    time.sleep(0.7)  # into the middle of a later batch
-    os.killpg(run.proc.pid, signal.SIGKILL)  # the driver and its JVM, no chance to clean up
-    code, _ = run.finish()
-    assert code == -signal.SIGKILL
-
-    table, df = _bronze(spark, lakehouse)
-    before = df.count()
-    assert 0 < before < len(ids)
-
-    rerun = CliRun(["run", "bronze"], lakehouse.cli_env())
-    code, _ = rerun.finish()
-    assert code == 0, "".join(rerun.lines[-20:])
-    _, df = _bronze(spark, lakehouse)
-    got = sorted(r[0] for r in df.select("order_id").collect())
-    assert got == sorted(ids)  # checked against the input manifest: none lost, none twice
-    ledger = spark.read.format("delta").load(table.companion_location("files"))  # type: ignore[attr-defined]
-    assert ledger.count() == 8 == ledger.select("path").distinct().count()
-    assert ledger.where(F.col("status") != "archived").count() == 0
-    assert files_under(landing) == []
-    assert len(archived_files(lakehouse.path("archive", "orders"))) == 8
 
 
 SIGNAL_DURING_A_LOG_LINE = """

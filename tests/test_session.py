@@ -160,3 +160,23 @@ def test_a_metastore_being_created_by_a_live_process_is_left_alone(tmp_path: Pat
         holder.wait()
     assert set_aside_unfinished_metastore(str(folder)) is not None
     assert not folder.exists()
+
+
+def test_a_local_runtime_on_another_file_system_needs_a_metastore() -> None:
+    from framework.errors import SessionError
+    from framework.session import get_spark
+
+    env = Environment(name="x", runtime=Runtime.LOCAL, root="hdfs://nn:8020/lake")
+    with pytest.raises(SessionError, match="no metastore"):
+        get_spark(env, "x", {})
+
+
+def test_a_jvm_error_names_the_jvm_exception(spark: SparkSession) -> None:
+    from py4j.protocol import Py4JJavaError
+
+    from framework.errors import first_line
+
+    with pytest.raises(Py4JJavaError) as caught:
+        spark._jvm.java.lang.Integer.parseInt("x")  # type: ignore[union-attr]
+    assert first_line(caught.value).endswith(
+        'java.lang.NumberFormatException: For input string: "x"')

@@ -64,9 +64,13 @@ class Storage(Protocol):
 
 
 def local_path(path: str) -> str:
-    """A local file system path from a plain path or a ``file:`` URI."""
+    """A local file system path from a plain path or a ``file:`` URI; another URL in one
+    spelling: ``s:/p``, as Hadoop writes a path with no authority, is ``s:///p``."""
     if path.startswith("file:"):
         return unquote(urlparse(path).path)
+    scheme, sep, rest = path.partition(":/")
+    if sep and scheme.isalnum() and not rest.startswith("/"):
+        return f"{scheme}:///{rest}"
     return path
 
 
