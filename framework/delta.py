@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from framework.identifiers import quote_all, quote_name, quote_path
+from framework.logging import get_logger
 
 # Table property: record the change data feed. For an append-only table this costs nothing on
 # write (the rows a commit inserted are its added files); it lets a batch's rows be read back
@@ -73,6 +74,7 @@ def create_table(
     """
     if spark.catalog.tableExists(name):
         return False
+    clear_unfinished_create(spark, location)
     parts = [f"CREATE TABLE IF NOT EXISTS {quote_name(name)} ({schema.toDDL()}) USING DELTA"]
     if partition_by:
         parts.append(f"PARTITIONED BY ({quote_all(partition_by)})")
@@ -86,6 +88,36 @@ def create_table(
         parts.append(f"TBLPROPERTIES ({props})")
     spark.sql(" ".join(parts))
     return True
+
+
+def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
+    """Remove what a ``CREATE TABLE`` killed before its first commit leaves at ``location``:
+    a ``_delta_log`` folder holding nothing, or only the hidden temporary file of the commit
+    being written. Delta refuses to create a table there ("not empty and also not a Delta
+    table"), so every later run would fail. Anything else is left for Delta to judge. True
+    when something was removed."""
+    from framework.storage.hadoop import HadoopStorage
+
+    storage = HadoopStorage(spark)
+    log = f"{location.rstrip('/')}/_delta_log"
+    if not storage.exists(log):
+        return False
+    files = [f.path for f in storage.list_files(location)]
+    if not all(_temporary_log_file(f, f"{log}/") for f in files):
+        return False
+    for f in files:
+        storage.delete(f)
+    storage.delete(log)
+    get_logger().warning("delta.create.unfinished_cleared", location=location,
+                         removed=[f.rsplit("/", 1)[-1] for f in files])
+    return True
+
+
+def _temporary_log_file(path: str, log: str) -> bool:
+    """Whether ``path`` is a hidden file directly in the folder ``log`` (a commit being
+    written: ``.00000000000000000000.json.<uuid>.tmp``, or its checksum)."""
+    name = path[len(log):] if path.startswith(log) else ""
+    return name.startswith(".") and "/" not in name
 
 
 def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> dict[str, Any]:
