@@ -40,6 +40,7 @@ from framework.errors import (
 )
 from framework.layers import plugins
 from framework.logging import LogFormat, configure_logging, get_logger
+from framework.redaction import redacted_output
 
 if TYPE_CHECKING:
     pass
@@ -113,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``medallion`` command; everything it prints is redacted (secrets masked)."""
+    with redacted_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or getattr(args, "default_log_level", "info")
     fmt = configure_logging(args.log_format, level)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from framework.config.loader import load_project
 from framework.config.model import ProjectConfig
 from framework.logging import LogFormat
+from framework.redaction import redact
 from framework.text import render_table
 
 if TYPE_CHECKING:
@@ -100,9 +101,9 @@ def storage_of(project: ProjectConfig, path: str, app: str = "medallion") -> Sto
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """``data`` as indented JSON in the file ``path`` (a run's summary)."""
+    """``data`` as indented JSON in the file ``path`` (a run's summary), redacted."""
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str)
+        json.dump(redact(data), fh, indent=2, default=str)
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from framework.redaction import redact
+
 
 class MedallionError(Exception):
-    """Raised for any failure the framework detects; the root of every error in the package."""
+    """Raised for any failure the framework detects; the root of every error in the package.
+
+    Its text is redacted (:func:`framework.redaction.redact`): a message that quotes a
+    connection string or a resolved secret never shows it, wherever it is printed."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 # --------------------------------------------------------------------------- configuration
@@ -28,7 +36,7 @@ class ConfigError(MedallionError):
 
     def __str__(self) -> str:
         where = ":".join(part for part in (self.file, self.key) if part)
-        return f"{where}: {self.detail}" if where else self.detail
+        return redact(f"{where}: {self.detail}" if where else self.detail)
 
 
 class UnknownKeyError(ConfigError):

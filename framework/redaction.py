@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import IO, Any
 
 #: Names of configuration keys whose values are secrets and must be references.
 SECRET_KEY_PATTERN = re.compile(
@@ -35,6 +36,34 @@ _VALUE_PATTERNS = (
     re.compile(r"(?i)(Bearer\s+)([A-Za-z0-9._~+/=-]+)"),
     re.compile(r"(?i)(client_secret=)([^&\s]+)"),
 )
+
+#: Spark's own redaction of its settings (the UI's environment page, the event log, ``SET``
+#: output): a setting whose key or value matches is shown as ``*********(redacted)``. Spark's
+#: default, ``(?i)secret|password|token|access[.]?key``, misses ``fs.azure.account.key.<host>``,
+#: SAS tokens, connection strings and Kafka's JAAS line.
+SPARK_REDACTION_REGEX = (
+    r"(?i)secret|password|passwd|token|access[.]?key|account[.]key|sas[._-]?token|"
+    r"sharedaccess|[?&]sig=|credential|connection[._-]?string|jaas|client[._-]?secret|"
+    r"private[._-]?key|AccountKey="
+)
+#: Parts of the strings Spark produces (query plans, ``EXPLAIN``) that are secrets: the known
+#: formats above.
+SPARK_STRING_REDACTION_REGEX = (
+    r"(?i)(AccountKey|SharedAccessSignature|SharedAccessKey|Password|pwd)=[^;\s]+|"
+    r"[?&]sig=[^&\s]+|Bearer\s+[A-Za-z0-9._~+/=-]+|client_secret=[^&\s]+|"
+    r"password=\"[^\"]*\""
+)
+
+
+def spark_redaction(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """Spark's redaction settings: the patterns above, or-ed with any ``conf`` already has."""
+    settings = {}
+    for key, ours in (("spark.redaction.regex", SPARK_REDACTION_REGEX),
+                      ("spark.sql.redaction.string.regex", SPARK_STRING_REDACTION_REGEX)):
+        theirs = (conf or {}).get(key)
+        settings[key] = f"(?:{theirs})|(?:{ours})" if theirs and theirs != ours else ours
+    return settings
+
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
@@ -64,3 +93,31 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v) for v in value)
     return value
+
+
+class RedactingWriter:
+    """A text stream that masks (:func:`redact`) what is written to it."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def redacted_output() -> Iterator[None]:
+    """Standard output and error redacted while inside: whatever a command prints (tables,
+    summaries, errors, a traceback with ``--log-level debug``) passes here."""
+    import sys
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingWriter(out), RedactingWriter(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err

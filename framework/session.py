@@ -29,6 +29,7 @@ from framework.config.model import Environment, Runtime
 from framework.config.secrets import SecretRef
 from framework.errors import DeltaNotAvailableError, SessionError
 from framework.logging import get_logger
+from framework.redaction import spark_redaction
 from framework.storage import local_path
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -204,6 +205,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     }
     settings.update(_env_conf(env))
     settings.update(conf)
+    settings.update(spark_redaction(settings))
     jars = cached_jars()
     if jars:
         settings["spark.jars"] = ",".join(jars)
@@ -252,9 +254,14 @@ def _databricks(env: Environment, app_name: str, conf: dict[str, str]) -> SparkS
     spark = SparkSession.getActiveSession()
     if spark is None:
         spark = SparkSession.builder.getOrCreate()
-    # Only session-level settings: UTC unless the environment says otherwise, and what the
-    # user asked for; the cluster owns everything else.
-    for key, value in {TIME_ZONE: "UTC", **_env_conf(env)}.items():
+    # Only session-level settings: UTC unless the environment says otherwise, what the user
+    # asked for, and the redaction of plans; the cluster owns everything else (its
+    # spark.redaction.regex is set in the bundle's cluster settings, databricks.yml).
+    user = _env_conf(env)
+    string_regex = "spark.sql.redaction.string.regex"
+    redaction = spark_redaction({string_regex: user.get(string_regex)
+                                 or spark.conf.get(string_regex, None) or ""})
+    for key, value in {TIME_ZONE: "UTC", **user, string_regex: redaction[string_regex]}.items():
         spark.conf.set(key, value)
     return spark
 
@@ -273,6 +280,7 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
     settings.update(storage_conf(env))
     settings.update(_env_conf(env))
     settings.update(conf or {})
+    settings.update(spark_redaction(settings))
     return settings
 
 
