@@ -152,14 +152,77 @@ def _validate(
         return None
 
 
+# Bounds on a configuration file: its size, its nesting, and its nodes once aliases are
+# expanded (an alias "bomb" of a few lines stands for billions of values; the validation would
+# visit every one).
+MAX_FILE_BYTES = 1_000_000
+MAX_DEPTH = 50
+MAX_NODES = 100_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a document nested deeper than ``MAX_DEPTH``."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """The nodes ``node`` stands for with every alias expanded (each shared node counted once
+    per use, computed once)."""
+    if id(node) not in sizes:
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        sizes[id(node)] = 1 + sum(_expanded_size(c, sizes) for c in children)
+    return sizes[id(node)]
+
+
+def load_yaml(file: Path) -> Any:
+    """The YAML document in ``file``, within the bounds above; ``ValueError`` if it is not
+    UTF-8 text, ``yaml.YAMLError`` if it is not YAML or goes past a bound."""
+    size = file.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise yaml.YAMLError(f"a file of {size:,} bytes, over the {MAX_FILE_BYTES:,} a "
+                             f"configuration file may have")
+    text = file.read_bytes().decode("utf-8")  # UnicodeDecodeError is a ValueError
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        nodes = _expanded_size(node, {})
+        if nodes > MAX_NODES:
+            raise yaml.YAMLError(f"{nodes:,} values once its aliases are expanded, over the "
+                                 f"{MAX_NODES:,} a configuration file may have")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _read(file: Path, errors: list[ConfigError]) -> dict[str, Any] | None:
     """The YAML mapping in ``file``; None, with the problem in ``errors``, if it is not one."""
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml(file)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
         errors.append(ConfigError(f"expected valid YAML, found: {exc}", file=str(file), key=where))
+        return None
+    except ValueError as exc:  # not UTF-8
+        errors.append(ConfigError(f"expected UTF-8 text, found: {exc}", file=str(file)))
         return None
     if data is None:
         data = {}

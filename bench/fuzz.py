@@ -1,0 +1,214 @@
+"""Hostile configuration: a seeded fuzzer mutates the shipped ``conf/`` and ``medallion
+validate`` must answer every case cleanly.
+
+    python bench/fuzz.py [--cases 2000] [--seed 1]
+
+A case copies ``conf/`` and applies one mutation to one file (a table's or the
+environment's): a value of the wrong type, an unknown key, a deleted key, an absurd value
+(negative, huge, empty, unicode, 100,000 characters, NUL, tabs), a YAML alias bomb, nesting
+10,000 deep, tab indentation, random bytes, an empty file, or a second file declaring a table
+name already taken. Then ``validate`` runs in this process (one case in ``SPARK_EVERY`` with
+Spark's SQL parser, the others with ``--no-spark``), and the case is handled cleanly when:
+
+* it exits 0 (the mutation left a valid configuration: an optional key deleted, a description
+  in another script), or 2 with every problem naming a file of the configuration;
+* it prints no Python traceback;
+* it takes at most 30 s;
+
+and over the whole run the process's peak memory grows by at most ``MAX_GROWTH_MB``.
+
+The last line is one JSON object: ``cases``, ``exit_codes``, ``failures`` (the first ones, with
+their seed and mutation, to replay) and ``ratio`` = cases handled cleanly / cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CASE_SECONDS = 30.0
+MAX_GROWTH_MB = 300
+SPARK_EVERY = 10  # cases per case that also parses the SQL with Spark (the others: --no-spark)
+
+ABSURD: list[Any] = [-1, -10**18, 10**30, 0, "", " ", "\t", "é" * 10, "x" * 100_000, "\x00",
+                     "💥", None, 1e308, True, [], {}, "${NO_SUCH_VARIABLE}", "../../etc",
+                     "`; DROP TABLE x; --", "line\nbreak", "2 fortnights", "-5 minutes"]
+TYPES: list[Any] = [7, 3.5, True, None, "text", ["a", "b"], {"k": "v"}, [[1]]]
+
+
+def leaves(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths to every value (mappings and lists included) under ``data``."""
+    found = [path] if path else []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found += leaves(v, (*path, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found += leaves(v, (*path, i))
+    return found
+
+
+def value_at(data: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        data = data[step]
+    return data
+
+
+def parent_and_key(data: Any, path: tuple[Any, ...]) -> tuple[Any, Any]:
+    return value_at(data, path[:-1]), path[-1]
+
+
+def bomb(levels: int = 12, width: int = 9) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def mutate(rng: random.Random, conf: Path) -> str:
+    """Apply one mutation to a copy of the configuration; what it did."""
+    files = sorted([*(conf / "tables").rglob("*.yaml"), conf / "environments" / "local.yaml"])
+    target = rng.choice(files)
+    name = str(target.relative_to(conf))
+    kind = rng.choice(["wrong_type", "unknown_key", "delete_key", "absurd", "absurd",
+                       "bomb", "deep", "tabs", "bytes", "empty", "duplicate"])
+    if kind == "bomb":
+        target.write_text(bomb())
+    elif kind == "deep":
+        depth = 10_000
+        target.write_text("key: " + "[" * depth + "]" * depth + "\n")
+    elif kind == "bytes":
+        target.write_bytes(rng.randbytes(rng.randint(1, 2000)))
+    elif kind == "empty":
+        target.write_text("")
+    elif kind == "tabs":
+        target.write_text("\n".join("\t" + line if line.startswith(" ") else line
+                                    for line in target.read_text().splitlines()))
+    elif kind == "duplicate":
+        tables = [f for f in files if "tables" in f.parts]
+        original = rng.choice(tables)
+        data = yaml.safe_load(original.read_text()) or {}
+        data["name"] = original.stem
+        copy = original.with_name(f"{original.stem}_copy.yaml")
+        copy.write_text(yaml.safe_dump(data, allow_unicode=True))
+        name = str(copy.relative_to(conf))
+    else:
+        data = yaml.safe_load(target.read_text()) or {}
+        paths = leaves(data)
+        if kind == "unknown_key" or not paths:
+            mappings = [v for p in paths if isinstance(v := value_at(data, p), dict)]
+            where: Any = data
+            if mappings and rng.random() < 0.5:
+                where = rng.choice(mappings)
+            where[rng.choice(["wat", "Source", "sourse", "ünïcode", "x" * 300, "1"])] = 1
+            kind = "unknown_key"
+        else:
+            path = rng.choice(paths)
+            parent, key = parent_and_key(data, path)
+            if kind == "delete_key":
+                del parent[key]
+            elif kind == "wrong_type":
+                parent[key] = rng.choice([t for t in TYPES if type(t) is not type(parent[key])])
+            else:
+                parent[key] = rng.choice(ABSURD)
+            name += ":" + ".".join(str(p) for p in path)
+        target.write_text(yaml.safe_dump(data, allow_unicode=True))
+    return f"{kind} {name}"
+
+
+def run_case(conf: Path, env: str, spark: bool) -> tuple[int, str, float]:
+    from framework.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    began = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["validate", "--conf", str(conf), "--env", env,
+                     *([] if spark else ["--no-spark"])])
+    return code, out.getvalue() + err.getvalue(), time.perf_counter() - began
+
+
+def judge(code: int, output: str, seconds: float, conf: Path) -> str | None:
+    """Why the answer is not clean, or None."""
+    if "Traceback" in output:
+        return "printed a traceback"
+    if seconds > CASE_SECONDS:
+        return f"took {seconds:.1f} s"
+    if code == 0:
+        return None
+    if code != 2:
+        return f"exit {code}: {output.strip().splitlines()[-1][:300] if output.strip() else ''}"
+    problems = [line for line in output.splitlines() if line.startswith("  - [")]
+    if not problems:
+        return f"exit 2 without a list of problems: {output.strip()[:300]}"
+    unnamed = [p for p in problems if str(conf) not in p]
+    return f"a problem names no file: {unnamed[0][:300]}" if unnamed else None
+
+
+def fuzz(cases: int, seed: int, work: Path, spark_every: int = SPARK_EVERY) -> dict[str, Any]:
+    """Run ``cases`` cases; every ``spark_every``-th validates the SQL with Spark's parser
+    too (the session is started before the first case: its start-up is not a case's)."""
+    from framework.sqlcheck import parser_session
+
+    parser_session()
+    rng = random.Random(seed)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    codes: Counter[int] = Counter()
+    kinds: Counter[str] = Counter()
+    failures: list[dict[str, Any]] = []
+    slowest = 0.0
+    for case in range(cases):
+        conf = work / f"case-{case}"
+        shutil.copytree(REPO / "conf", conf)
+        what = mutate(rng, conf)
+        kinds[what.split()[0]] += 1
+        code, output, seconds = run_case(conf, "local", spark=case % spark_every == 0)
+        slowest = max(slowest, seconds)
+        codes[code] += 1
+        why = judge(code, output, seconds, conf)
+        if why is not None:
+            failures.append({"case": case, "seed": seed, "mutation": what, "why": why})
+        shutil.rmtree(conf, ignore_errors=True)
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
+    clean = cases - len(failures)
+    if growth > MAX_GROWTH_MB:
+        clean = 0
+        failures.append({"why": f"peak memory grew by {growth:.0f} MB, over {MAX_GROWTH_MB}"})
+    return {"cases": cases, "seed": seed, "mutations": dict(sorted(kinds.items())),
+            "exit_codes": {str(k): v for k, v in sorted(codes.items())},
+            "slowest_case_s": round(slowest, 2), "memory_growth_mb": round(growth, 1),
+            "failures": failures[:20], "failed": len(failures),
+            "ratio": round(clean / cases, 4) if cases else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    from framework.logging import configure_logging
+
+    configure_logging("json", "error")
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as work:
+        result = fuzz(args.cases, args.seed, Path(work))
+    for f in result["failures"]:
+        print(f"  {f}", flush=True)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
