@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
 
+from tests.minicluster import ClusterStartError, minicluster
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SUBMIT = REPO / "deploy" / "yarn" / "submit.sh"
-MINICLUSTER = REPO / "deploy" / "yarn" / "minicluster.sh"
 SUMMARY = re.compile(r"^run \w+ \((?P<env>\w+)\): succeeded in (?P<s>[\d.]+)s$", re.M)
 
 
@@ -84,44 +85,36 @@ def main() -> None:
         sys.exit("the feed could not be generated")
     shutil.copytree(work / "feed" / "landing", work / "local" / "landing")
 
-    cluster = work / "cluster"
-    started = subprocess.run(["bash", str(MINICLUSTER), "start", str(cluster)],
-                             env={**os.environ, "PYTHON": sys.executable},
-                             capture_output=True, text=True, timeout=300)
-    if started.returncode != 0:
-        sys.exit(f"the mini cluster did not start:\n{started.stderr[-3000:]}")
     try:
-        yarn = {}
-        for line in (cluster / "env.sh").read_text().splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            yarn[name] = value.strip('"')
-        # the feed lands on HDFS in delivery order (a local session's Hadoop client)
-        from pyspark.sql import SparkSession
+        with minicluster(work / "cluster") as yarn:
+            # the feed lands on HDFS in delivery order (a local session's Hadoop client)
+            from pyspark.sql import SparkSession
 
-        from framework.storage import land
-        from framework.storage.hadoop import HadoopStorage
+            from framework.storage import land
+            from framework.storage.hadoop import HadoopStorage
 
-        spark = (SparkSession.builder.master("local[1]").appName("bench-land")
-                 .config("spark.ui.enabled", "false").getOrCreate())
-        hdfs = HadoopStorage(spark)
-        for table in ("orders", "customers", "stores"):
-            files = sorted((work / "feed" / "landing" / table).iterdir(),
-                           key=lambda p: p.stat().st_mtime)
-            land(hdfs, [str(p) for p in files],
-                 f"{yarn['MEDALLION_HDFS_ROOT']}/bench/landing/{table}")
-        spark.stop()
+            spark = (SparkSession.builder.master("local[1]").appName("bench-land")
+                     .config("spark.ui.enabled", "false").getOrCreate())
+            hdfs = HadoopStorage(spark)
+            for table in ("orders", "customers", "stores"):
+                files = sorted((work / "feed" / "landing" / table).iterdir(),
+                               key=lambda p: p.stat().st_mtime)
+                land(hdfs, [str(p) for p in files],
+                     f"{yarn['MEDALLION_HDFS_ROOT']}/bench/landing/{table}")
+            spark.stop()
 
-        dist = {"DIST": str(work / "dist")}
-        local_wall, local_run = submit(["run", "all", "--env", "local"], conf,
-                                       {**dist, "MASTER": "local[2]"})
-        print(f"local[2]: {local_wall:6.1f} s in all, run {local_run:6.1f} s, "
-              f"start-up {local_wall - local_run:5.1f} s", flush=True)
-        yarn_wall, yarn_run = submit(["run", "all", "--env", "yarn"], conf,
-                                     {**dist, **yarn, "MASTER": "yarn"})
-        print(f"yarn:     {yarn_wall:6.1f} s in all, run {yarn_run:6.1f} s, "
-              f"start-up {yarn_wall - yarn_run:5.1f} s", flush=True)
+            dist = {"DIST": str(work / "dist")}
+            local_wall, local_run = submit(["run", "all", "--env", "local"], conf,
+                                           {**dist, "MASTER": "local[2]"})
+            print(f"local[2]: {local_wall:6.1f} s in all, run {local_run:6.1f} s, "
+                  f"start-up {local_wall - local_run:5.1f} s", flush=True)
+            yarn_wall, yarn_run = submit(["run", "all", "--env", "yarn"], conf,
+                                         {**dist, **yarn, "MASTER": "yarn"})
+            print(f"yarn:     {yarn_wall:6.1f} s in all, run {yarn_run:6.1f} s, "
+                  f"start-up {yarn_wall - yarn_run:5.1f} s", flush=True)
+    except ClusterStartError as exc:
+        sys.exit(f"the mini cluster did not start:\n{exc}")
     finally:
-        subprocess.run(["bash", str(MINICLUSTER), "stop", str(cluster)], timeout=120)
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
         "orders": args.orders, "files": args.files,

@@ -286,8 +286,11 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
 
 def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
-    if env.metastore is not None and not env.metastore.startswith("thrift://"):
-        set_aside_unfinished_metastore(env.metastore)  # a folder on the driver's host
+    local_root = None if "://" in env.root else env.root
+    metastore = env.metastore or (os.path.join(local_root, "metastore_db") if local_root
+                                  else None)  # as catalog_conf names it
+    if metastore is not None and not metastore.startswith("thrift://"):
+        set_aside_unfinished_metastore(metastore)  # a folder on the driver's host
     builder = SparkSession.builder.appName(app_name)
     for key, value in submit_conf(env, conf).items():
         builder = builder.config(key, value)

@@ -3,9 +3,6 @@ lakehouses (their own conf/ folder, root and catalog schemas) under pytest's tmp
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +10,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
-from tests.support import REPO, Lakehouse
+from tests.minicluster import minicluster
+from tests.support import Lakehouse
 
 
 @pytest.fixture(scope="session")
@@ -44,20 +42,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 def yarn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real single-node YARN + HDFS cluster (deploy/yarn/minicluster.sh), started once for
     the tests that need it; the variables of its env.sh (HADOOP_CONF_DIR, the HDFS root...)."""
-    folder = tmp_path_factory.mktemp("minicluster")
-    script = REPO / "deploy" / "yarn" / "minicluster.sh"
-    env = {**os.environ, "PYTHON": sys.executable}
-    started = subprocess.run(["bash", str(script), "start", str(folder)], env=env,
-                             capture_output=True, text=True, timeout=300)
-    assert started.returncode == 0, started.stderr[-3000:]
-    try:
-        variables = {}
-        for line in (folder / "env.sh").read_text().splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            variables[name] = value.strip('"')
+    with minicluster(tmp_path_factory.mktemp("minicluster")) as variables:
         yield variables
-    finally:
-        subprocess.run(["bash", str(script), "stop", str(folder)], timeout=120)
 
 
 @pytest.fixture(autouse=True)
