@@ -4,12 +4,13 @@ and compare the lake with a clean run of the same feed.
     python bench/chaos.py --kills 20 --seed 1 [--terms 2] [--faults 0.3] [--orders 3000]
 
 The demo's generator writes one dirty feed (duplicates, re-deliveries, malformed lines, an
-unreadable file), delivered in ``--deliveries`` slices (in the order of the files' times) into
-two fresh roots. The tables are the demo's, plus what the demo leaves out: its mart
-materialized, and a gold aggregate in append mode. After each delivery the clean root is run
-once with ``medallion run all`` (availableNow). The chaos root is run the same way, as its own
-process group, and interrupted, restarted, interrupted again... until the delivery's share of
-the kills has landed; then it runs to the end, and the next delivery lands.
+unreadable file), delivered in ``--deliveries`` slices and a reserve one (in the order of the
+files' times) into two fresh roots. The tables are the demo's, plus what the demo leaves
+out: its mart materialized, and a gold aggregate in append mode. After each delivery the
+clean root is run once with ``medallion run all`` (availableNow). The chaos root is run the
+same way, as its own process group, and interrupted, restarted, interrupted again... until
+the delivery's share of the kills has landed; then it runs to the end, and the next delivery
+lands.
 
 Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
 phase, then a seeded random delay of up to the phase's length, and kills the process group
@@ -17,7 +18,8 @@ with SIGKILL. The phases: session start-up and the metastore, a bronze query's f
 mid-batch, between a bronze commit and its ledger commit, the reconciler's moves, its ledger
 replace, a silver MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment drawn
 over the clean run's duration. A delivery takes its kills in the pipeline's order; one whose
-run ends before the phase opens passes the kill on to the next delivery.
+run ends before the phase opens passes the kill on to the next delivery, the last ones to the
+reserve slice.
 
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
@@ -399,7 +401,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   str(args.files), "--conf", str(work / "conf"), "--env", "feed",
                   "--log-level", "error"]) != 0:
         sys.exit("the feed could not be generated")
-    slices = deliveries(feed / "landing", args.deliveries)
+    # one slice more than asked: a reserve for the kills whose phase a delivery's runs ended
+    # before (a moment drawn past the end of a run with little left to do)
+    slices = deliveries(feed / "landing", args.deliveries + 1)
     for folder in (p for p in (feed / "landing").rglob("*") if p.is_dir()):
         for root in (clean.root, chaos.root):  # as 'medallion init' makes them
             (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
@@ -414,7 +418,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for d, files in enumerate(slices):
         deliver(files, feed, [clean.root, chaos.root])
         duration = run_through(work, clean)
-        left = len(slices) - d
+        left = max(len(slices) - 1 - d, 1)  # the reserve takes only what is left over
         share = math.ceil((len(plan) + len(pending)) / left)
         take, plan = plan[:max(share - len(pending), 0)], plan[max(share - len(pending), 0):]
         pending = sorted(pending + take, key=lambda p: ORDER[p.phase])
