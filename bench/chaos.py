@@ -382,6 +382,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--phases", help="kill in these phases, in this order, instead "
                         "(comma-separated; to replay a finding)")
     parser.add_argument("--tables", help="only these tables (names, comma-separated)")
+    parser.add_argument("--no-reserve", action="store_true",
+                        help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sys.exit("the feed could not be generated")
     # one slice more than asked: a reserve for the kills whose phase a delivery's runs ended
     # before (a moment drawn past the end of a run with little left to do)
-    slices = deliveries(feed / "landing", args.deliveries + 1)
+    slices = deliveries(feed / "landing", args.deliveries + (not args.no_reserve))
     for folder in (p for p in (feed / "landing").rglob("*") if p.is_dir()):
         for root in (clean.root, chaos.root):  # as 'medallion init' makes them
             (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
@@ -418,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for d, files in enumerate(slices):
         deliver(files, feed, [clean.root, chaos.root])
         duration = run_through(work, clean)
-        left = max(len(slices) - 1 - d, 1)  # the reserve takes only what is left over
+        left = max(len(slices) - (not args.no_reserve) - d, 1)  # the reserve: what is left
         share = math.ceil((len(plan) + len(pending)) / left)
         take, plan = plan[:max(share - len(pending), 0)], plan[max(share - len(pending), 0):]
         pending = sorted(pending + take, key=lambda p: ORDER[p.phase])

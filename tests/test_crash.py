@@ -13,7 +13,7 @@ from bench.chaos import main as chaos
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--orders", "300", "--files", "30", "--deliveries", "1",
+SMALL = ["--orders", "300", "--files", "30", "--deliveries", "1", "--no-reserve",
          "--tables", "orders,stores,store_sales,regional_sales"]
 
 
