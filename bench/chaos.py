@@ -86,6 +86,7 @@ class Phase:
     event: str | None
     within: float
     table: str = ""
+    needs: tuple[str, ...] = ()  # tables, one of which must be run for the phase to open
 
 
 PHASES = [  # in the pipeline's order
@@ -95,10 +96,11 @@ PHASES = [  # in the pipeline's order
     Phase("bronze-ledger", "bronze.batch.appended", 0.4),
     Phase("archiving", "bronze.landing.reconciling", 0.15),
     Phase("ledger-replace", "bronze.ledger.replacing", 0.6),
-    Phase("silver-merge", "silver.batch.merging", 1.0),
-    Phase("gold-merge", "gold.batch.merging", 1.0),
-    Phase("gold-append", "stream.query.started", 2.5, "store_sales_final"),
-    Phase("mart-rewrite", "gold.mart.writing", 1.0),
+    Phase("silver-merge", "silver.batch.merging", 1.0, needs=("customers", "stores")),
+    Phase("gold-merge", "gold.batch.merging", 1.0, needs=("store_sales",)),
+    Phase("gold-append", "stream.query.started", 2.5, "store_sales_final",
+          needs=("store_sales_final",)),
+    Phase("mart-rewrite", "gold.mart.writing", 1.0, needs=("regional_sales",)),
     Phase("anywhere", None, 0.0),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
@@ -280,11 +282,14 @@ def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> In
     return plan
 
 
-def make_plan(rng: random.Random, kills: int, terms: int) -> list[Interruption]:
-    """``kills`` SIGKILLs and ``terms`` SIGTERMs, the phases dealt from shuffled decks."""
+def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | None = None
+              ) -> list[Interruption]:
+    """``kills`` SIGKILLs and ``terms`` SIGTERMs, the phases dealt from shuffled decks (those
+    that open with ``tables``, when given)."""
     phases: list[str] = []
     while len(phases) < kills + terms:
-        deck = [p.name for p in PHASES]
+        deck = [p.name for p in PHASES
+                if tables is None or not p.needs or tables & set(p.needs)]
         rng.shuffle(deck)
         phases += deck
     signals = ["KILL"] * kills + ["TERM"] * terms
@@ -409,7 +414,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for folder in (p for p in (feed / "landing").rglob("*") if p.is_dir()):
         for root in (clean.root, chaos.root):  # as 'medallion init' makes them
             (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
-    plan = make_plan(rng, args.kills, args.terms)
+    plan = make_plan(rng, args.kills, args.terms,
+                     set(args.tables.split(",")) if args.tables else None)
     if args.phases:
         plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))
                 for name in args.phases.split(",")]
