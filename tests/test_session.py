@@ -176,7 +176,7 @@ def test_a_jvm_error_names_the_jvm_exception(spark: SparkSession) -> None:
 
     from framework.errors import first_line
 
-    with pytest.raises(Py4JJavaError) as caught:
-        spark._jvm.java.lang.Integer.parseInt("x")  # type: ignore[union-attr]
+    with pytest.raises(Py4JJavaError) as caught:  # an exception PySpark does not convert
+        spark._jvm.java.net.URI("a b")  # type: ignore[union-attr]
     assert first_line(caught.value).endswith(
-        'java.lang.NumberFormatException: For input string: "x"')
+        "java.net.URISyntaxException: Illegal character in path at index 1: a b")
