@@ -17,9 +17,9 @@ phase, then a seeded random delay of up to the phase's length, and kills the pro
 with SIGKILL. The phases: session start-up and the metastore, a bronze query's first listing,
 mid-batch, between a bronze commit and its ledger commit, the reconciler's moves, its ledger
 replace, a silver MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment drawn
-over the clean run's duration. A delivery takes its kills in the pipeline's order; one whose
-run ends before the phase opens passes the kill on to the next delivery, the last ones to the
-reserve slice.
+over the clean run's duration. A delivery takes the moments drawn over the run first, then
+its kills in the pipeline's order; one whose run ends before the phase opens passes the kill
+on to the next delivery, the last ones to the reserve slice.
 
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
@@ -104,6 +104,9 @@ PHASES = [  # in the pipeline's order
     Phase("anywhere", None, 0.0),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
+# A delivery takes a moment drawn over the clean run first, while the whole delivery is left
+# to do (later, a run with less left can end before the moment comes).
+FIRST = {**ORDER, "anywhere": -1}
 FAULT = re.compile(r"injected fault: (\w+ of \S+) refused")
 BY_NAME = {p.name: p for p in PHASES}
 
@@ -243,7 +246,7 @@ def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> In
     process, log, summary = start(work, lake)
     began = time.monotonic()
     tail = LogTail(log)
-    fire = began + (plan.delay if phase.within else plan.delay * duration) \
+    fire = began + (plan.delay if phase.within else plan.delay * 0.9 * duration) \
         if phase.event is None else None
     while process.poll() is None:
         if fire is None:
@@ -429,7 +432,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         left = max(len(slices) - (not args.no_reserve) - d, 1)  # the reserve: what is left
         share = math.ceil((len(plan) + len(pending)) / left)
         take, plan = plan[:max(share - len(pending), 0)], plan[max(share - len(pending), 0):]
-        pending = sorted(pending + take, key=lambda p: ORDER[p.phase])
+        pending = sorted(pending + take, key=lambda p: FIRST[p.phase])
         print(f"delivery {d + 1}/{len(slices)}: {len(files)} files, clean run {duration:.1f} s, "
               f"{len(pending)} interruptions planned", flush=True)
         while pending:
