@@ -1,7 +1,9 @@
 """Hostile configuration: a seeded fuzzer mutates the shipped ``conf/`` and ``medallion
-validate`` must answer every case cleanly.
+validate`` must answer every case cleanly. Hostile landing files (``--data``): each is
+ingested or quarantined, as :mod:`bench.hostile_files` says it must be.
 
     python bench/fuzz.py [--cases 2000] [--seed 1]
+    python bench/fuzz.py --data [--record-mb 200] [--depth 10000] [--tiny-files 100000]
 
 A case copies ``conf/`` and applies one mutation to one file (a table's or the
 environment's): a value of the wrong type, an unknown key, a deleted key, an absurd value
@@ -17,8 +19,17 @@ Spark's SQL parser, the others with ``--no-spark``), and the case is handled cle
 
 and over the whole run the process's peak memory grows by at most ``MAX_GROWTH_MB``.
 
-The last line is one JSON object: ``cases``, ``exit_codes``, ``failures`` (the first ones, with
-their seed and mutation, to replay) and ``ratio`` = cases handled cleanly / cases.
+With ``--data``, one ``medallion run bronze`` (a process of its own, ``--memory`` for Spark's
+driver) ingests three feeds: JSON Lines with a one-line record of ``--record-mb`` (over the
+default maximum record size, 16 MB), JSON nested ``--depth`` deep, random bytes, BOM, CRLF,
+lone CR, NUL bytes and hostile names; RFC 4180 CSV; and ``--tiny-files`` files of one record.
+A case is a hostile file (the tiny files are one): it is handled cleanly when the run succeeds
+and its ledger row, its rows in bronze and in quarantine, its ids and its quarantine reasons
+are the ones expected (records read = bronze + quarantine).
+
+The last line is one JSON object: ``cases``, ``exit_codes`` (configurations) or the run's
+figures (files: its seconds and the process's peak resident memory), ``failures`` (the first
+ones, to replay) and ``ratio`` = cases handled cleanly / cases.
 """
 
 from __future__ import annotations
@@ -30,11 +41,13 @@ import json
 import random
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,6 +57,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CASE_SECONDS = 30.0
 MAX_GROWTH_MB = 300
+ORDERS = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAMP"
 SPARK_EVERY = 10  # cases per case that also parses the SQL with Spark (the others: --no-spark)
 
 ABSURD: list[Any] = [-1, -10**18, 10**30, 0, "", " ", "\t", "é" * 10, "x" * 100_000, "\x00",
@@ -195,16 +209,118 @@ def fuzz(cases: int, seed: int, work: Path, spark_every: int = SPARK_EVERY) -> d
             "ratio": round(clean / cases, 4) if cases else 0.0}
 
 
+def group_rss_mb(pgid: int) -> float:
+    """The resident memory of process group ``pgid`` (Linux), in MB."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == pgid:  # the fields after the name: state, ppid, pgrp...
+            total += int(fields[21]) * resource.getpagesize()  # rss, in pages
+    return total / 2**20
+
+
+def fuzz_data(work: Path, seed: int, record_mb: int, depth: int, tiny_files: int,
+              memory: str) -> dict[str, Any]:
+    """The hostile files (:mod:`bench.hostile_files`) in three feeds, ingested by one
+    ``medallion run bronze`` in a process of its own (Spark's driver, which is the executor in
+    local mode, with ``memory``), then checked in this one. A case is a hostile file (the
+    tiny files are one case)."""
+    from bench.hostile_files import (
+        CSV_SCHEMA,
+        check,
+        write_csv_feed,
+        write_json_feed,
+        write_tiny_feed,
+    )
+    from framework.config.loader import load_project
+
+    conf, root = work / "conf", work / "lake"
+    big = record_mb * 1024 * 1024
+    tables = {"hostile": {"path": "landing/hostile", "format": "json", "schema": ORDERS},
+              "hostile_csv": {"path": "landing/hostile_csv", "format": "csv",
+                              "schema": CSV_SCHEMA},
+              "tiny": {"path": "landing/tiny", "format": "json", "schema": ORDERS}}
+    for name, source in tables.items():
+        spec = {"description": f"hostile files: {name}", "source": source}
+        (conf / "tables" / "bronze").mkdir(parents=True, exist_ok=True)
+        (conf / "tables" / "bronze" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    (conf / "environments").mkdir(parents=True)
+    (conf / "environments" / "fuzz.yaml").write_text(yaml.safe_dump({
+        "runtime": "local", "root": str(root), "master": "local[2]", "shuffle_partitions": 2,
+        "spark_conf": {"spark.ui.enabled": "false", "spark.driver.memory": memory}}))
+    began = time.perf_counter()
+    feeds = {"hostile": (write_json_feed(root / "landing" / "hostile", random.Random(seed),
+                                         big_bytes=big, depth=depth), "order_id"),
+             "hostile_csv": (write_csv_feed(root / "landing" / "hostile_csv", big_bytes=big),
+                             "id"),
+             "tiny": (write_tiny_feed(root / "landing" / "tiny", tiny_files), "order_id")}
+    written = time.perf_counter() - began
+    summary_path = work / "summary.json"
+    began = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "medallion"), "run", "bronze", "--conf",
+             str(conf), "--env", "fuzz", "--log-level", "error", "--summary",
+             str(summary_path)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        peak_mb = 0.0
+        while process.poll() is None:  # the process group's resident memory (the JVM too)
+            peak_mb = max(peak_mb, group_rss_mb(process.pid))
+            time.sleep(0.5)
+        out.seek(0)
+        output = out.read().decode(errors="replace")
+    seconds = time.perf_counter() - began
+    runs = {t["table"].rsplit(".", 1)[-1]: t
+            for t in json.loads(summary_path.read_text())["tables"]} \
+        if summary_path.exists() else {}
+    from framework.config.model import Environment, Runtime
+    from framework.session import get_spark
+
+    spark = get_spark(Environment(name="check", runtime=Runtime.LOCAL, root=str(root),
+                                  master="local[2]", shuffle_partitions=2),
+                      "fuzz-check", {"spark.ui.enabled": "false"})
+    project = load_project(conf, "fuzz")
+    problems: dict[str, str] = {}
+    cases = failed = 0
+    for name, (feed, id_column) in feeds.items():
+        cases += len(feed.expected)
+        run = runs.get(name, {"status": "missing", "error": output[-2000:]})
+        found = check(spark, feed, project.table(name), id_column,
+                      SimpleNamespace(status=run["status"], error=run.get("error")))
+        failed += len(feed.expected) if "run" in found else len(found)  # a failed run: all
+        problems |= {f"{name}/{k}": v for k, v in found.items()}
+    return {"cases": cases, "seed": seed, "record_mb": record_mb, "depth": depth,
+            "tiny_files": tiny_files, "driver_memory": memory,
+            "executor_memory": f"{memory} (local mode: the driver runs the tasks)",
+            "peak_rss_mb": round(peak_mb), "write_s": round(written, 1),
+            "ingest_s": round(seconds, 1), "exit_code": process.returncode,
+            "failures": [{"case": k, "why": v} for k, v in list(problems.items())[:20]],
+            "failed": failed, "ratio": round((cases - failed) / cases, 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--data", action="store_true",
+                        help="hostile landing files instead of configurations")
+    parser.add_argument("--record-mb", type=int, default=200,
+                        help="--data: the size of the one-line record")
+    parser.add_argument("--depth", type=int, default=10_000, help="--data: JSON nesting")
+    parser.add_argument("--tiny-files", type=int, default=100_000)
+    parser.add_argument("--memory", default="2g", help="--data: spark.driver.memory")
     args = parser.parse_args()
     from framework.logging import configure_logging
 
     configure_logging("json", "error")
     with tempfile.TemporaryDirectory(prefix="fuzz-") as work:
-        result = fuzz(args.cases, args.seed, Path(work))
+        if args.data:
+            result = fuzz_data(Path(work), args.seed, args.record_mb, args.depth,
+                               args.tiny_files, args.memory)
+        else:
+            result = fuzz(args.cases, args.seed, Path(work))
     for f in result["failures"]:
         print(f"  {f}", flush=True)
     print(json.dumps(result), flush=True)

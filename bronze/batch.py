@@ -11,7 +11,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from bronze.reading import CORRUPT
+from bronze.reading import CORRUPT, CORRUPT_REASON
 from bronze.spec import BronzeTableSpec
 from framework.config.model import Layer, Table
 from framework.delta import CHANGE_FEED
@@ -26,6 +26,7 @@ BATCH_ID = "_batch_id"
 RAW = "_raw"
 REASON = "_reason"
 MALFORMED = "malformed record: does not parse against the schema"
+INTERNAL = (CORRUPT, CORRUPT_REASON)  # the readers' columns that bronze does not keep
 
 METADATA_FIELDS = [
     StructField(SOURCE_FILE, StringType()),
@@ -96,10 +97,11 @@ class BatchSplit:
         """The malformed records, with their raw text and the reason."""
         df = self.stamped
         meta = {f.name for f in QUARANTINE_SCHEMA}
-        data_cols = [c for c in df.columns if c not in meta and c != CORRUPT]
+        data_cols = [c for c in df.columns if c not in meta and c not in INTERNAL]
         raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*data_cols)))
+        reason = F.coalesce(F.col(CORRUPT_REASON), F.lit(MALFORMED))
         return df.where(self.to_quarantine).select(
-            raw.alias(RAW), F.lit(MALFORMED).alias(REASON),
+            raw.alias(RAW), reason.alias(REASON),
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
@@ -114,7 +116,7 @@ def split_batch(batch: DataFrame, name: str, batch_id: int) -> BatchSplit:
     to_quarantine = F.col(CORRUPT).isNotNull()
     observation = Observation(f"bronze_{name}_{batch_id}")
     observed = stamped.observe(observation, *_counts(to_quarantine))
-    good = observed.where(~to_quarantine).drop(CORRUPT)
+    good = observed.where(~to_quarantine).drop(*INTERNAL)
     return BatchSplit(stamped, to_quarantine, good, observation)
 
 

@@ -30,10 +30,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from bronze.batch import SOURCE_FILE, with_file_columns
-from bronze.reading import CORRUPT, NOT_UTF8, read_records
+from bronze.reading import CORRUPT, CORRUPT_REASON, NOT_UTF8, literal, read_records
 from bronze.spec import BronzeTableSpec
 from framework.errors import StorageError, first_line
-from framework.storage import FileInfo, Storage, local_path
+from framework.storage import FileInfo, Storage, from_uri
 
 READ_FAULT = "FAILED_READ_FILE"
 USER_RAISED = "USER_RAISED_EXCEPTION"
@@ -79,7 +79,7 @@ class FileChecks:
         named = (error.path, error.reason) if isinstance(error, ShortRead) \
             else failing_file(self.spark, error)
         if named is not None:
-            path = local_path(named[0])
+            path = from_uri(named[0])
             if path in files:
                 if not short and reads_alone([path], self.probe):
                     self.log.warning("bronze.file.read_again", batch_id=batch_id, file=path,
@@ -94,9 +94,9 @@ class FileChecks:
         :class:`ShortRead` for a file that reads short. A pass of its own: parquet feeds are
         read twice."""
         footers = parquet_footer_counts(self.spark, files)
-        columns = [c for c in stamped.columns if c not in (SOURCE_FILE, CORRUPT)]
+        columns = [c for c in stamped.columns if c not in (SOURCE_FILE, CORRUPT, CORRUPT_REASON)]
         decoded = stamped.groupBy(SOURCE_FILE).agg(F.count(F.hash(*columns)).alias("count"))
-        read = {local_path(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
+        read = {from_uri(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
         for path, rows in footers.items():
             if read.get(path, 0) != rows:
                 raise ShortRead(path, f"read {read.get(path, 0)} rows, the footer says {rows}")
@@ -167,14 +167,14 @@ def parquet_footer_counts(spark: SparkSession, files: Sequence[str]) -> dict[str
     footers and no column data."""
     if not files:
         return {}
-    rows = (spark.read.format("parquet").load(list(files))
+    rows = (spark.read.format("parquet").load([literal(f) for f in files])
             .groupBy(F.col("_metadata.file_path").alias("file")).count().collect())
-    return {local_path(r["file"]): int(r["count"]) for r in rows}
+    return {from_uri(r["file"]): int(r["count"]) for r in rows}
 
 
 def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
     """Rows of ``df`` per source file (by local path)."""
-    return {local_path(r[column]): int(r["count"])
+    return {from_uri(r[column]): int(r["count"])
             for r in df.groupBy(column).count().collect()}
 
 

@@ -57,7 +57,7 @@ from framework.errors import ConfigError, JobError
 from framework.job import StreamingJob, timed
 from framework.listener import BatchProgress
 from framework.sqlcheck import EXAMPLES, parse_schema
-from framework.storage import FileInfo, local_path
+from framework.storage import FileInfo, from_uri
 
 __all__ = ["BronzeJob", "FileStatus", "planned_schema", "settle_file"]
 
@@ -161,7 +161,7 @@ class BronzeJob(StreamingJob):
         """Write one micro-batch, every file whole or not at all."""
         self._started.wait()
         log = self.log.bind(batch_id=batch_id)
-        files = {local_path(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
+        files = {from_uri(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
                                                               storage=self.files)}
         stats = {f: stat_or_none(self.files, f) for f in files}
         failed = {f: why for f, info in stats.items() if (why := unreadable(info)) is not None}

@@ -9,11 +9,18 @@ the read the same way (:data:`NOT_UTF8`): Spark's readers would otherwise keep t
 replace them, and a file in another encoding would half-parse.
 
 Columns: the schema's, the rescued column (keys outside the schema), ``_corrupt_record`` (the
-raw text of a malformed record) and Spark's hidden ``_metadata`` (the source file).
+raw text of a malformed record), ``_corrupt_reason`` (why, when it is not that the record does
+not parse) and Spark's hidden ``_metadata`` (the source file).
+
+A text record (a JSON line, a CSV row) larger than ``source.max_record_bytes`` is not parsed:
+it goes to the quarantine with the reason and the first :data:`RAW_PREFIX` characters of its
+text. Spark's reader still holds the whole record in memory once (a JSON line of 200 MB took a
+driver of 2 GB in local mode, ``bench/fuzz.py --data``), but no parser, copy or table sees it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,9 +31,15 @@ from pyspark.sql.types import StringType, StructField, StructType
 from bronze.spec import BronzeTableSpec, SourceFormat
 
 CORRUPT = "_corrupt_record"
+CORRUPT_REASON = "_corrupt_reason"
+# RFC 4180, with a header: a quoted field may hold a line break, and a quote inside one is
+# doubled (Spark's defaults cut such a row in two and keep the doubled quotes).
+CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"'}
+RAW_PREFIX = 4096  # characters of an oversized record's text kept in the quarantine
 # The message a read fails with on text that is not UTF-8; the file's path follows it.
 NOT_UTF8 = "[medallion] not UTF-8 text in file "
 REPLACEMENT = "\ufffd"  # what a decoder puts for bytes that are not UTF-8
+GLOB = re.compile(r"[\\*?\[\]{}]")  # what Hadoop's glob patterns give a meaning to
 
 Reader = Any  # a DataStreamReader or a DataFrameReader: format, schema, option(s), load
 Source = str | Sequence[str]  # the landing path (a stream) or the files to read (a batch)
@@ -43,7 +56,14 @@ def read_records(spec: BronzeTableSpec, reader: Reader, source: Source,
 
 
 def _load(reader: Reader, source: Source) -> DataFrame:
-    return reader.load(source if isinstance(source, str) else list(source))
+    return reader.load(source if isinstance(source, str) else [literal(f) for f in source])
+
+
+def literal(path: str) -> str:
+    """A file's path as a pattern that matches only itself: Spark expands the paths it is
+    given to load as globs, so a name holding ``[x]``, ``{a,b}``, ``*`` or ``?`` would match
+    other files, or none."""
+    return GLOB.sub(r"\\\g<0>", path)
 
 
 def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
@@ -54,15 +74,29 @@ def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
     raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **spec.source.options}
+    size = F.octet_length("value")
+    fits = size <= F.lit(spec.source.max_record_bytes)
     parsed = raw.select(
-        F.from_json("value", with_corrupt, options).alias("r"), "value", "_metadata"
+        F.when(fits, F.from_json("value", with_corrupt, options)).alias("r"), "value",
+        "_metadata", fits.alias("fits"), size.alias("size"),
     )
     # A line that is not a JSON object parses to null: quarantine it too.
-    corrupt = F.when(F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
+    corrupt = F.when(~F.col("fits"), F.substring("value", 1, RAW_PREFIX)).when(
+        F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
     columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
     if spec.rescued_column:
-        columns.append(rescued_keys(schema).alias(spec.rescued_column))
-    return parsed.select(*columns, corrupt.alias(CORRUPT), "_metadata")
+        columns.append(F.when(F.col("fits"), rescued_keys(schema)).alias(spec.rescued_column))
+    return parsed.select(*columns, corrupt.alias(CORRUPT),
+                         _too_large(spec, F.col("fits"), F.col("size")), "_metadata")
+
+
+def _too_large(spec: BronzeTableSpec, fits: Column, size: Column) -> Column:
+    """The quarantine's reason for a record larger than the maximum (null for the others)."""
+    limit = spec.source.max_record_bytes
+    reason = F.format_string(
+        f"record too large: %d bytes, expected at most {limit} (source.max_record_bytes); "
+        f"_raw holds its first {RAW_PREFIX} characters", size)
+    return F.when(~fits, reason).cast("string").alias(CORRUPT_REASON)
 
 
 def rescued_keys(schema: StructType) -> Column:
@@ -84,13 +118,14 @@ def rescued_keys(schema: StructType) -> Column:
 
 def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
          schema: StructType) -> DataFrame:
-    """CSV with a corrupt-record column: a row with too many or too few fields, or a value
-    that does not fit its type, is malformed and goes to the quarantine, not dropped. In UTF-8
+    """CSV (RFC 4180 unless ``source.options`` say otherwise) with a corrupt-record column: a
+    row with too many or too few fields, or a value that does not fit its type, is malformed
+    and goes to the quarantine, not dropped. In UTF-8
     (the default encoding) a field holding the replacement character came from bytes that are
     not UTF-8: the read fails."""
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     options = {
-        "header": "true",
+        **CSV_DEFAULTS,
         "mode": "PERMISSIVE",
         "columnNameOfCorruptRecord": CORRUPT,
         **spec.source.options,
@@ -100,10 +135,17 @@ def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
     texts = [F.col(f.name) for f in with_corrupt.fields if isinstance(f.dataType, StringType)]
     if encoding.replace("-", "").upper() == "UTF8" and texts:
         df = df.where(_utf8_or_fail(~F.contains(F.concat_ws("", *texts), F.lit(REPLACEMENT))))
-    columns = [F.col(f.name) for f in schema.fields]
+    # The row's size: its text fields' bytes (a field of another type is short, or the row
+    # does not parse and its text is in the corrupt-record column).
+    size = sum((F.coalesce(F.octet_length(t), F.lit(0)) for t in texts), F.lit(0))
+    fits = size <= F.lit(spec.source.max_record_bytes)
+    row_text = F.coalesce(F.col(CORRUPT), F.concat_ws(",", *texts))
+    corrupt = F.when(fits, F.col(CORRUPT)).otherwise(F.substring(row_text, 1, RAW_PREFIX))
+    columns = [F.when(fits, F.col(f.name)).alias(f.name) for f in schema.fields]
     if spec.rescued_column:
         columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
-    return df.select(*columns, F.col(CORRUPT), "_metadata")
+    return df.select(*columns, corrupt.alias(CORRUPT), _too_large(spec, fits, size),
+                     "_metadata")
 
 
 def _parquet(spec: BronzeTableSpec, reader: Reader, source: Source,
@@ -113,7 +155,8 @@ def _parquet(spec: BronzeTableSpec, reader: Reader, source: Source,
     columns = [F.col(f.name) for f in schema.fields]
     if spec.rescued_column:
         columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
-    return loaded.select(*columns, F.lit(None).cast("string").alias(CORRUPT), "_metadata")
+    return loaded.select(*columns, F.lit(None).cast("string").alias(CORRUPT),
+                         F.lit(None).cast("string").alias(CORRUPT_REASON), "_metadata")
 
 
 def _utf8_or_fail(valid: Column) -> Column:

@@ -11,9 +11,11 @@ from typing import cast
 
 from pyspark.sql import DataFrame, SparkSession
 
+from bronze.reading import CSV_DEFAULTS, literal
 from bronze.spec import BronzeTableSpec, SourceFormat
 from framework.config.model import Table
 from framework.errors import ConfigError, MedallionError
+from framework.storage import from_uri
 
 _SCHEMA_LINE = re.compile(r"^(?P<indent>\s+)schema\s*:")
 _FORMAT_LINE = re.compile(r"^(?P<indent>\s+)format\s*:")
@@ -25,7 +27,7 @@ def infer_schema(spark: SparkSession, table: Table, sample_files: int = 50) -> s
     landing = spec.landing(table)
     options = {"recursiveFileLookup": str(spec.source.recursive_file_lookup).lower()}
     if spec.source.format is SourceFormat.CSV:
-        options |= {"header": "true", "inferSchema": "true"}
+        options |= {**CSV_DEFAULTS, "inferSchema": "true"}
     options |= spec.source.options
 
     def reader(paths: str | list[str]) -> DataFrame:
@@ -35,7 +37,7 @@ def infer_schema(spark: SparkSession, table: Table, sample_files: int = 50) -> s
         files = reader(landing).inputFiles()[:sample_files]
         if not files:
             raise MedallionError(f"expected files to infer from in {landing}, found none")
-        schema = reader(files).schema
+        schema = reader([literal(from_uri(f)) for f in files]).schema
     except MedallionError:
         raise
     except Exception as exc:

@@ -47,6 +47,10 @@ class BronzeSource(Model):
     path_glob_filter: Text | None = None
     max_files_per_trigger: PositiveInt | None = None
     max_bytes_per_trigger: PositiveInt | None = None
+    max_record_bytes: PositiveInt = Field(
+        default=16 * 1024 * 1024,
+        description="A JSON line or CSV row larger than this (bytes of text) is not parsed: it "
+        "goes to the quarantine with the reason and the first 4,096 characters of its text.")
     clean_source: CleanSource = CleanSource.ARCHIVE
     archive_dir: Text | None = None
     quarantine_dir: Text | None = None

@@ -222,6 +222,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         [[r.table, r.kind, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
          for r in rows],
     )
+    for r in rows:
+        if r.skipped:
+            shown = ", ".join(r.skipped[:5]) + (", ..." if len(r.skipped) > 5 else "")
+            print(f"{r.table}: {len(r.skipped)} file(s) in landing will never be read: a name "
+                  f"starting with '.' or '_' is skipped by Spark's file source; rename them "
+                  f"to ingest them: {shown}")
     return EXIT_OK
 
 

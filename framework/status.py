@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from framework.checkpoint import last_committed_batch
 from framework.config.model import Table
 from framework.identifiers import quote_name
-from framework.storage import storage_for
+from framework.storage import UPLOADING_SUFFIX, storage_for
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class TableStatus:
     last_batch: int | None
     pending_files: int | None
     pending_bytes: int | None
+    # Files in the backlog that are never read: Spark's file source skips names that start
+    # with '.' or '_' (in-flight uploads, by convention; this product's own are left out).
+    skipped: tuple[str, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -45,12 +48,19 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
     backlog = table.spec.backlog_path(table)
     if backlog is not None:
         store = storage_for(backlog, table.env, spark)
-        waiting = [f for f in store.list_files(backlog)
-                   if not f.path.rsplit("/", 1)[-1].startswith((".", "_"))
-                   ] if store.exists(backlog) else []
+        listed = list(store.list_files(backlog)) if store.exists(backlog) else []
+        waiting = [f for f in listed if not _hidden(f.path)]
         pending, pending_bytes = len(waiting), sum(f.size for f in waiting)
+        skipped = tuple(sorted(f.path for f in listed if _hidden(f.path)
+                               and not f.path.endswith(UPLOADING_SUFFIX)))
+    else:
+        skipped = ()
     return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
-                       pending, pending_bytes)
+                       pending, pending_bytes, skipped)
+
+
+def _hidden(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].startswith((".", "_"))
 
 
 def _kind(spark: SparkSession, name: str) -> str:

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
+from tests.faultfs import spark_conf as faulty_conf
 from tests.minicluster import minicluster
 from tests.support import Lakehouse
 
@@ -32,6 +33,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             "spark.sql.streaming.fileSource.log.compactInterval": "10",
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+            # faulty:// (tests/faultfs), refusing nothing unless a test says: Hadoop's file
+            # system under a scheme of its own, for tests of any store but a local disk
+            **faulty_conf(),
         },
     )
     yield session

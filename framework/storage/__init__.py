@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from framework.errors import StorageError
 from framework.storage.base import (
+    UPLOADING_SUFFIX,
     FileInfo,
     Storage,
     archive_target,
+    from_uri,
     local_path,
     scheme_of,
     uploading_name,
@@ -32,8 +34,19 @@ from framework.storage.local import LocalStorage
 if TYPE_CHECKING:
     from framework.config.model import Environment
 
-__all__ = ["FileInfo", "LocalStorage", "Storage", "archive_target", "land", "local_path",
-           "parse_retention", "storage_for", "uploading_name"]
+__all__ = [
+    "UPLOADING_SUFFIX",
+    "FileInfo",
+    "LocalStorage",
+    "Storage",
+    "archive_target",
+    "from_uri",
+    "land",
+    "local_path",
+    "parse_retention",
+    "storage_for",
+    "uploading_name",
+]
 
 
 def _adls(path: str, env: Environment | None) -> Storage:

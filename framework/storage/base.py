@@ -64,21 +64,49 @@ class Storage(Protocol):
 
 
 def local_path(path: str) -> str:
-    """A local file system path from a plain path or a ``file:`` URI; another URL in one
-    spelling: ``s:/p``, as Hadoop writes a path with no authority, is ``s:///p``."""
-    if path.startswith("file:"):
-        return unquote(urlparse(path).path)
+    """A local file system path from a plain path or a ``file:`` path; another URL in one
+    spelling: ``s:/p``, as Hadoop writes a path with no authority, is ``s:///p``. The name is
+    taken as it is: a URI from Spark, whose name is escaped, goes through :func:`from_uri`."""
+    if path.startswith("file:"):  # file:/p, file:///p (a name as it is, not an escaped URI)
+        rest = path[len("file:"):]
+        return "/" + rest[2:].partition("/")[2] if rest.startswith("//") else rest
     scheme, sep, rest = path.partition(":/")
     if sep and scheme.isalnum() and not rest.startswith("/"):
         return f"{scheme}:///{rest}"
     return path
 
 
+def from_uri(uri: str) -> str:
+    """The path of a file Spark names by its URI (its file source's log, ``_metadata``'s
+    ``file_path``, a read error): percent-escapes decoded, as the file is named, in the
+    spelling of :func:`local_path`. A name with a space, ``%``, ``#`` or ``?`` is escaped in
+    the URI; the storage layer takes the name itself."""
+    scheme, sep, rest = uri.partition(":")
+    if not sep or not scheme.isalnum() or len(scheme) < 2 or not rest.startswith("/"):
+        return uri  # a plain path
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        return local_path(f"{scheme}://{authority}{slash}{unquote(path)}")
+    return local_path(f"{scheme}:{unquote(rest)}")
+
+
+def path_part(path: str) -> str:
+    """The path of ``path`` without its scheme and authority (``s://a/p`` -> ``/p``); the
+    name is taken as it is (not as an escaped URI: ``#`` and ``?`` are part of it)."""
+    scheme, sep, rest = local_path(path).partition("://")
+    if sep and scheme.isalnum():
+        return "/" + rest.partition("/")[2]
+    return local_path(path)
+
+
+UPLOADING_SUFFIX = ".uploading"
+
+
 def uploading_name(path: str) -> str:
     """Where a file is written before it is renamed into place: a hidden name in the same
     folder, which Spark's file source never lists (it skips names starting with '.')."""
     folder, _, name = path.rpartition("/")
-    return f"{folder}/.{name}.uploading"
+    return f"{folder}/.{name}{UPLOADING_SUFFIX}"
 
 
 def archive_target(archive_dir: str, source_file: str) -> str:
@@ -87,7 +115,7 @@ def archive_target(archive_dir: str, source_file: str) -> str:
     This is the layout Spark's ``cleanSource=archive`` uses, so files archived by Spark and by
     the framework's reconciler end up side by side.
     """
-    source = urlparse(source_file).path if "://" in source_file else local_path(source_file)
+    source = path_part(source_file)
     return archive_dir.rstrip("/") + "/" + source.lstrip("/")
 
 
