@@ -310,7 +310,8 @@ def main() -> None:
                         help="--data: the size of the one-line record")
     parser.add_argument("--depth", type=int, default=10_000, help="--data: JSON nesting")
     parser.add_argument("--tiny-files", type=int, default=100_000)
-    parser.add_argument("--memory", default="2g", help="--data: spark.driver.memory")
+    parser.add_argument("--memory", default="4g", help="--data: spark.driver.memory (a 200 "
+                        "MB line needs 4g: see bronze/reading.py)")
     args = parser.parse_args()
     from framework.logging import configure_logging
 

@@ -14,8 +14,10 @@ not parse) and Spark's hidden ``_metadata`` (the source file).
 
 A text record (a JSON line, a CSV row) larger than ``source.max_record_bytes`` is not parsed:
 it goes to the quarantine with the reason and the first :data:`RAW_PREFIX` characters of its
-text. Spark's reader still holds the whole record in memory once (a JSON line of 200 MB took a
-driver of 2 GB in local mode, ``bench/fuzz.py --data``), but no parser, copy or table sees it.
+text, cut before any other expression sees it. Spark's text reader holds such a line three
+times before that (Hadoop's line buffer, the row, the row with the file's ``_metadata``), each
+in an array twice the size at most: a JSON line of 200 MB needs a driver of 4 GB in local mode,
+where a 2 GB one fails with OutOfMemoryError in the reader (``bench/fuzz.py --data``).
 """
 
 from __future__ import annotations
@@ -70,24 +72,30 @@ def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
                schema: StructType) -> DataFrame:
     """JSON Lines read as text and parsed with from_json, so the raw line is kept for the
     quarantine and keys outside the schema can be rescued (Spark's reader drops them)."""
-    raw = _load(reader.format("text"), source).where(F.trim("value") != "")
+    # (a line over 1 KB is not taken for blank: trim would copy it; one of spaces only is
+    # malformed, and quarantined)
+    raw = _load(reader.format("text"), source).where(
+        (F.octet_length("value") > 1024) | (F.trim("value") != ""))
     raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **spec.source.options}
-    size = F.octet_length("value")
-    fits = size <= F.lit(spec.source.max_record_bytes)
-    parsed = raw.select(
-        F.when(fits, F.from_json("value", with_corrupt, options)).alias("r"), "value",
-        "_metadata", fits.alias("fits"), size.alias("size"),
-    )
+    # An oversized line is cut to its prefix at once: no later row holds it whole.
+    fits = F.octet_length("value") <= F.lit(spec.source.max_record_bytes)
+    sized = raw.select(F.when(fits, F.col("value")).alias("value"),
+                       F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
+                       F.octet_length("value").alias("size"), "_metadata")
+    parsed = sized.select(F.from_json("value", with_corrupt, options).alias("r"), "value",
+                          "prefix", "size", "_metadata")
     # A line that is not a JSON object parses to null: quarantine it too.
-    corrupt = F.when(~F.col("fits"), F.substring("value", 1, RAW_PREFIX)).when(
+    corrupt = F.when(F.col("prefix").isNotNull(), F.col("prefix")).when(
         F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
     columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
     if spec.rescued_column:
-        columns.append(F.when(F.col("fits"), rescued_keys(schema)).alias(spec.rescued_column))
+        columns.append(F.when(F.col("value").isNotNull(), rescued_keys(schema))
+                       .alias(spec.rescued_column))
+    oversized = F.col("prefix").isNotNull()
     return parsed.select(*columns, corrupt.alias(CORRUPT),
-                         _too_large(spec, F.col("fits"), F.col("size")), "_metadata")
+                         _too_large(spec, ~oversized, F.col("size")), "_metadata")
 
 
 def _too_large(spec: BronzeTableSpec, fits: Column, size: Column) -> Column:

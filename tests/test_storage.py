@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from framework.errors import StorageError
-from framework.storage import LocalStorage, Storage, local_path
+from framework.storage import LocalStorage, Storage, from_uri, local_path
 from framework.storage.hadoop import HadoopStorage
 from tests.dfs_server import serve
 
@@ -117,9 +117,13 @@ def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_pat
     ("faulty:/tmp/lake/landing/a.json", "faulty:///tmp/lake/landing/a.json"),
     ("dbfs:/mnt/lake/landing/a.json", "dbfs:///mnt/lake/landing/a.json"),
     ("file:/tmp/a%20b.json", "/tmp/a b.json"),
+    ("faulty:/tmp/a%20b%23c%3F%25.json", "faulty:///tmp/a b#c?%.json"),
+    ("hdfs://nn:8020/l/%E8%A1%A8%5Bx%5D.json", "hdfs://nn:8020/l/表[x].json"),
 ])
 def test_one_path_spelled_two_ways_is_one_file(a: str, b: str) -> None:
     # Spark's _metadata.file_path writes a URL with no authority as s:/p, the file source's log
-    # as s:///p: bronze matches its rows per file under one spelling.
-    assert local_path(a) == local_path(b)
+    # as s:///p, both with the name escaped: bronze matches its rows per file under one
+    # spelling, the file's own name (which the storage layer takes).
+    assert from_uri(a) == from_uri(b) == local_path(b)
     assert local_path("hdfs://nn:8020/lake/a.json") == "hdfs://nn:8020/lake/a.json"
+    assert local_path("file:/tmp/a#b%20.json") == "/tmp/a#b%20.json"  # a name, not a URI
