@@ -21,7 +21,7 @@ demo: setup
 	$(BIN)/medallion demo
 
 test: setup
-	$(BIN)/python -m pytest -q --durations=10
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadgroup
 
 lint: setup
 	$(BIN)/ruff check .

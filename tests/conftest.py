@@ -15,6 +15,16 @@ from tests.minicluster import minicluster
 from tests.support import Lakehouse
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: two workers), the tests that start the YARN + HDFS
+    cluster or build the wheel in the repository run in one worker: one cluster, one build at
+    a time."""
+    for item in items:
+        if item.get_closest_marker("yarn") or item.module.__name__.rsplit(".", 1)[-1] in (
+                "test_packaging", "test_deploy", "test_yarn"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from framework.session import get_spark

@@ -33,7 +33,7 @@ def jar() -> Path:
     with tempfile.TemporaryDirectory() as build:
         subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", build, str(SOURCE)],
                        check=True, capture_output=True)
-        staged = target.with_suffix(".tmp")
+        staged = target.with_suffix(f".{os.getpid()}.tmp")  # test workers may build at once
         subprocess.run(["jar", "cf", str(staged), "-C", build, "."], check=True)
         staged.replace(target)
     return target
