@@ -14,15 +14,23 @@ from tests.faultfs import spark_conf as faulty_conf
 from tests.minicluster import minicluster
 from tests.support import Lakehouse
 
+CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
+LONG = ("test_crash", "test_readme", "test_lifecycle", "test_demo")  # minutes each
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: two workers), the tests that start the YARN + HDFS
-    cluster or build the wheel in the repository run in one worker: one cluster, one build at
-    a time."""
-    for item in items:
-        if item.get_closest_marker("yarn") or item.module.__name__.rsplit(".", 1)[-1] in (
-                "test_packaging", "test_deploy", "test_yarn"):
+    cluster or build the wheel in the repository run in one worker, one cluster and one build
+    at a time; they go first, then the longest tests, so that no long one is left for the end
+    while the other worker idles."""
+    def rank(item: pytest.Item) -> int:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if item.get_closest_marker("yarn") or module in CLUSTER:
             item.add_marker(pytest.mark.xdist_group("cluster"))
+            return 0
+        return 1 if module in LONG else 2
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
