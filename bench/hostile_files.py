@@ -165,8 +165,9 @@ def check(spark: Any, feed: Feed, table: Any, id_column: str, summary: Any) -> d
     ids_by_file: dict[str, set[str]] = {}
     for r in bronze.select("_source_file", F.col(id_column).cast("string").alias("id")
                            ).collect():
-        by_file[name_of(r["_source_file"])] = by_file.get(name_of(r["_source_file"]), 0) + 1
-        ids_by_file.setdefault(name_of(r["_source_file"]), set()).add(r["id"])
+        name = name_of(r["_source_file"])
+        by_file[name] = by_file.get(name, 0) + 1
+        ids_by_file.setdefault(name, set()).add(r["id"])
     q_rows: dict[str, list[dict[str, Any]]] = {}
     for r in quarantine.select("_source_file", "_reason", F.length("_raw").alias("raw")
                                ).collect():

@@ -128,9 +128,8 @@ def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
          schema: StructType) -> DataFrame:
     """CSV (RFC 4180 unless ``source.options`` say otherwise) with a corrupt-record column: a
     row with too many or too few fields, or a value that does not fit its type, is malformed
-    and goes to the quarantine, not dropped. In UTF-8
-    (the default encoding) a field holding the replacement character came from bytes that are
-    not UTF-8: the read fails."""
+    and goes to the quarantine, not dropped. In UTF-8 (the default encoding) a field holding
+    the replacement character came from bytes that are not UTF-8: the read fails."""
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     options = {
         **CSV_DEFAULTS,
