@@ -9,12 +9,13 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml deploy/yarn/pom.xml
+$(STAMP): setup.cfg pyproject.toml deploy/yarn/pom.xml deploy/kafka/pom.xml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	$(BIN)/python -m framework.session   # resolve and cache Delta's jars from Maven Central
 	deploy/yarn/minicluster.sh resolve   # and the YARN + HDFS test cluster's (Maven)
+	deploy/kafka/broker.sh resolve       # and the Kafka test broker's (Maven)
 	touch $(STAMP)
 
 demo: setup

@@ -13,6 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from bronze.reading import CORRUPT, CORRUPT_REASON
 from bronze.spec import BronzeTableSpec
+from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, Table
 from framework.delta import CHANGE_FEED
 from framework.errors import ConfigError
@@ -55,13 +56,17 @@ def bronze_schema(spec: BronzeTableSpec, records: StructType) -> StructType:
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
     """The bronze table's schema from its spec alone (``framework.layers.Planner``)."""
-    spec = cast(BronzeTableSpec, table.spec)
+    spec = cast(BronzeTableSpec | StreamTableSpec, table.spec)
     if not spec.source.schema_:
         return None, []
     try:
         records = parse_schema(spec.source.schema_)
     except ValueError:  # reported by the parse of the spec's SQL
         return None, []
+    if isinstance(spec, StreamTableSpec):
+        from bronze.kafka import stream_schema
+
+        return stream_schema(spec, records), []
     return bronze_schema(spec, records), []
 
 def with_file_columns(df: DataFrame) -> DataFrame:

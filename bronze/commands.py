@@ -57,7 +57,11 @@ def add_commands(commands: Commands) -> None:
 
 
 def _spec(table: Table) -> BronzeTableSpec:
-    assert isinstance(table.spec, BronzeTableSpec)
+    """The spec of a feed of files; a clear error for a Kafka or Event Hubs feed."""
+    if not isinstance(table.spec, BronzeTableSpec):
+        kind = getattr(getattr(table.spec, "source", None), "format", "no files")
+        raise UsageError(f"expected a feed of landing files, found {table.full_name} reading "
+                         f"{kind} (source.format in {table.source_file})")
     return table.spec
 
 
@@ -92,7 +96,8 @@ def cmd_purge_archive(args: argparse.Namespace) -> int:
     project = project_of(args)
     retention = parse_retention(args.older_than)
     tables = ([project.table(t, Layer.BRONZE) for t in args.table] if args.table
-              else list(project.of_layer(Layer.BRONZE)))
+              else [t for t in project.of_layer(Layer.BRONZE)
+                    if isinstance(t.spec, BronzeTableSpec)])
     now = int(time.time() * 1000)
     rows = []
     for table in tables:
@@ -117,6 +122,7 @@ def cmd_infer_schema(args: argparse.Namespace) -> int:
 
     project = project_of(args)
     table = project.table(args.table, Layer.BRONZE)
+    _spec(table)  # a feed of files
     spark = spark_for(project, "medallion-infer-schema")
     ddl = infer_schema(spark, table)
     write_schema(table, ddl, force=args.force)

@@ -1,14 +1,20 @@
-"""Bronze's plugin (:mod:`framework.layers`): landing files into Delta."""
+"""Bronze's plugin (:mod:`framework.layers`): landing files, or Kafka and Event Hubs records,
+into Delta. The spec's model is chosen by ``source.format``."""
 
 from __future__ import annotations
 
 from bronze.commands import add_commands
-from bronze.spec import BronzeTableSpec
+from bronze.spec import BronzeTableSpec, SourceFormat
+from bronze.streams import StreamFormat, StreamTableSpec
 from framework.config.model import Layer, TableSpec
-from framework.layers import JobFactory, LayerPlugin, Planner
+from framework.layers import JobFactory, Kinds, LayerPlugin, Planner
 
 
 def _job(spec: TableSpec) -> JobFactory:
+    if isinstance(spec, StreamTableSpec):
+        from bronze.kafka import StreamBronzeJob
+
+        return StreamBronzeJob
     from bronze.job import BronzeJob
 
     return BronzeJob
@@ -20,5 +26,9 @@ def _planner() -> Planner:
     return planned_schema
 
 
-PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=BronzeTableSpec, job=_job, planner=_planner,
+KINDS = Kinds(specs={**{f: BronzeTableSpec for f in SourceFormat},
+                     **{f: StreamTableSpec for f in StreamFormat}},
+              default=SourceFormat.JSON, key="source.format")
+
+PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=KINDS, job=_job, planner=_planner,
                      commands=add_commands)

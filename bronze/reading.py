@@ -23,7 +23,7 @@ where a 2 GB one fails with OutOfMemoryError in the reader (``bench/fuzz.py --da
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -77,30 +77,40 @@ def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
     raw = _load(reader.format("text"), source).where(
         (F.octet_length("value") > 1024) | (F.trim("value") != ""))
     raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
+    return parse_json_lines(raw, schema, spec.source.options, spec.source.max_record_bytes,
+                            spec.rescued_column, ["_metadata"])
+
+
+def parse_json_lines(raw: DataFrame, schema: StructType, options: Mapping[str, str],
+                     max_record_bytes: int, rescued_column: str | None,
+                     carry: Sequence[str]) -> DataFrame:
+    """The JSON text of ``raw``'s column ``value`` parsed against ``schema``: its columns,
+    the rescued column (if named), ``_corrupt_record`` (the text of a record that does not
+    parse, or the first characters of one over ``max_record_bytes``), ``_corrupt_reason``, and
+    the columns ``carry`` as they are."""
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **spec.source.options}
+    parse = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **options}
     # An oversized line is cut to its prefix at once: no later row holds it whole.
-    fits = F.octet_length("value") <= F.lit(spec.source.max_record_bytes)
+    fits = F.octet_length("value") <= F.lit(max_record_bytes)
     sized = raw.select(F.when(fits, F.col("value")).alias("value"),
                        F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
-                       F.octet_length("value").alias("size"), "_metadata")
-    parsed = sized.select(F.from_json("value", with_corrupt, options).alias("r"), "value",
-                          "prefix", "size", "_metadata")
+                       F.octet_length("value").alias("size"), *carry)
+    parsed = sized.select(F.from_json("value", with_corrupt, parse).alias("r"), "value",
+                          "prefix", "size", *carry)
     # A line that is not a JSON object parses to null: quarantine it too.
     corrupt = F.when(F.col("prefix").isNotNull(), F.col("prefix")).when(
         F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
     columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
-    if spec.rescued_column:
+    if rescued_column:
         columns.append(F.when(F.col("value").isNotNull(), rescued_keys(schema))
-                       .alias(spec.rescued_column))
+                       .alias(rescued_column))
     oversized = F.col("prefix").isNotNull()
     return parsed.select(*columns, corrupt.alias(CORRUPT),
-                         _too_large(spec, ~oversized, F.col("size")), "_metadata")
+                         too_large(max_record_bytes, ~oversized, F.col("size")), *carry)
 
 
-def _too_large(spec: BronzeTableSpec, fits: Column, size: Column) -> Column:
+def too_large(limit: int, fits: Column, size: Column) -> Column:
     """The quarantine's reason for a record larger than the maximum (null for the others)."""
-    limit = spec.source.max_record_bytes
     reason = F.format_string(
         f"record too large: %d bytes, expected at most {limit} (source.max_record_bytes); "
         f"_raw holds its first {RAW_PREFIX} characters", size)
@@ -151,8 +161,8 @@ def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
     columns = [F.when(fits, F.col(f.name)).alias(f.name) for f in schema.fields]
     if spec.rescued_column:
         columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
-    return df.select(*columns, corrupt.alias(CORRUPT), _too_large(spec, fits, size),
-                     "_metadata")
+    return df.select(*columns, corrupt.alias(CORRUPT),
+                     too_large(spec.source.max_record_bytes, fits, size), "_metadata")
 
 
 def _parquet(spec: BronzeTableSpec, reader: Reader, source: Source,

@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="tables, row counts, checkpoints",
                        description="For each configured table: rows, Delta version, last "
-                       "committed batch of its checkpoint, and files waiting in landing.")
+                       "committed batch of its checkpoint, and files waiting in landing; for "
+                       "a Kafka or Event Hubs feed, per partition the offset reached, the "
+                       "latest offset and the lag.")
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
@@ -222,6 +224,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         [[r.table, r.kind, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
          for r in rows],
     )
+    offsets = [[r.table, o["topic"], o["partition"], o["committed"], o["latest"], o["lag"]]
+               for r in rows for o in r.offsets]
+    if offsets:
+        print()
+        print_table(["table", "topic", "partition", "committed offset", "latest offset", "lag"],
+                    offsets)
     for r in rows:
         if r.skipped:
             shown = ", ".join(r.skipped[:5]) + (", ..." if len(r.skipped) > 5 else "")

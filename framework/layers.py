@@ -11,7 +11,7 @@ The plugin gives:
 
 - ``spec``: the pydantic model of the layer's table specs (``conf/tables/<layer>/*.yaml``), or,
   for a layer with several kinds of table, :class:`Kinds`: a model per value of the layer's
-  kind Enum, chosen by the spec's ``kind`` key;
+  kind Enum, chosen by the spec's ``kind`` key (or another, ``source.format`` say);
 - ``job``: the job class that runs a table, from its spec (a layer with several kinds of table
   chooses by the spec's kind);
 - ``planner``: how ``medallion validate`` derives a table's schema from its inputs' (optional);
@@ -75,11 +75,14 @@ class Kinds:
 
     specs: Mapping[StrEnum, type[TableSpec]]
     default: StrEnum
-    key: str = "kind"
+    key: str = "kind"  # a dotted path reaches into the spec: "source.format"
 
     def model(self, data: Mapping[str, Any]) -> type[TableSpec]:
         """The model for the spec ``data``; a clear error for a kind the layer does not have."""
-        value = data.get(self.key, self.default.value)
+        value: Any = data
+        for part in self.key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        value = self.default.value if value is None else value
         for kind, model in self.specs.items():
             if value == kind.value:
                 return model
@@ -100,7 +103,9 @@ class LayerPlugin:
     @property
     def models(self) -> list[type[TableSpec]]:
         """Every spec model of the layer (one per kind of table)."""
-        return list(self.spec.specs.values()) if isinstance(self.spec, Kinds) else [self.spec]
+        if isinstance(self.spec, Kinds):  # several kinds may share a model
+            return list(dict.fromkeys(self.spec.specs.values()))
+        return [self.spec]
 
 
 @functools.cache

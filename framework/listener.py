@@ -8,6 +8,7 @@ logger that carries their context (layer, table, run_id); each progress report b
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,9 @@ class BatchProgress:
     state_rows_updated: int
     rows_dropped_by_watermark: int
     observed: dict[str, dict[str, Any]]
+    # A Kafka source's offsets per topic and partition, at the batch's start and end
+    start_offsets: dict[str, dict[str, int]] | None = None
+    end_offsets: dict[str, dict[str, int]] | None = None
 
     @classmethod
     def from_progress(cls, p: Any) -> BatchProgress:
@@ -60,6 +64,8 @@ class BatchProgress:
             state_rows_updated=sum(int(o.numRowsUpdated) for o in ops),
             rows_dropped_by_watermark=sum(int(o.numRowsDroppedByWatermark) for o in ops),
             observed=observed,
+            start_offsets=_partition_offsets(p.sources, "startOffset"),
+            end_offsets=_partition_offsets(p.sources, "endOffset"),
         )
 
     def event_fields(self) -> dict[str, Any]:
@@ -77,6 +83,22 @@ class BatchProgress:
         for metrics in self.observed.values():
             fields.update(metrics)
         return fields
+
+
+def _partition_offsets(sources: Any, key: str) -> dict[str, dict[str, int]] | None:
+    """Offsets per topic and partition of the sources that have them (Kafka's JSON:
+    ``{"topic": {"0": 42}}``); None when no source does (a file or Delta source)."""
+    merged: dict[str, dict[str, int]] = {}
+    for source in sources or []:
+        raw = getattr(source, key, None)
+        try:
+            value = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value and all(isinstance(v, dict)
+                                                     for v in value.values()):
+            merged.update(value)
+    return merged or None
 
 
 def _finite(value: Any) -> float:

@@ -1,9 +1,9 @@
 """One entry, :func:`get_spark`, that returns the SparkSession for an environment.
 
-* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars resolved from Maven
-  Central through delta-spark's pip helper (cached by Ivy; ``python -m framework.session``
-  warms the cache), and a warehouse plus embedded Derby metastore under the lakehouse root,
-  so tables persist by name across runs.
+* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars and Spark's Kafka
+  source's resolved from Maven Central through delta-spark's pip helper (cached by Ivy;
+  ``python -m framework.session`` warms the cache), and a warehouse plus embedded Derby
+  metastore under the lakehouse root, so tables persist by name across runs.
 * **databricks**: the cluster's active session, as it is: no master, no packages, never stopped.
 * **submit** (spark-submit, YARN or any master): master, packages and conf come from
   spark-submit; if Delta's classes are missing the job stops at once with the exact
@@ -45,6 +45,14 @@ def delta_package() -> str:
 
     spark_mm = ".".join(pyspark.__version__.split(".")[:2])
     return f"io.delta:delta-spark_{spark_mm}_{SCALA_VERSION}:{version('delta-spark')}"
+
+
+def kafka_package() -> str:
+    """The Maven coordinate of Spark's Kafka source (Kafka and Event Hubs feeds), matching the
+    installed pyspark; on Databricks the runtime has its own."""
+    import pyspark
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{pyspark.__version__}"
 
 
 def hadoop_azure_package(hadoop_version: str) -> str:
@@ -213,7 +221,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     for key, value in settings.items():
         builder = builder.config(key, value)
     if not jars:
-        builder = configure_spark_with_delta_pip(builder)
+        builder = configure_spark_with_delta_pip(builder, extra_packages=[kafka_package()])
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not jars:
@@ -223,11 +231,14 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
 
 def _manifest() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "medallion" / f"{delta_package().replace(':', '_')}.jars"
+    name = "+".join(p.rsplit(":", 2)[1] + "_" + p.rsplit(":", 1)[1]
+                    for p in (delta_package(), kafka_package()))
+    return cache / "medallion" / f"{name}.jars"
 
 
 def cached_jars() -> list[str]:
-    """Delta's jars as resolved once by Spark from Maven Central, if all are still cached.
+    """Delta's and Spark's Kafka source's jars as resolved once by Spark from Maven Central,
+    if all are still cached.
 
     Resolving ``spark.jars.packages`` runs Ivy at every start (seconds, and a report on
     stdout); after the first resolution the local jar files are handed to Spark directly.
@@ -242,8 +253,14 @@ def cached_jars() -> list[str]:
 
 
 def _remember_jars(spark: SparkSession) -> None:
+    import pyspark
+
     resolved = spark.sparkContext.getConf().get("spark.jars", "") or ""
-    jars = [j for j in resolved.split(",") if j]
+    # Ivy names a jar <group>_<artifact>-<version>.jar; those pyspark ships already (Hadoop's
+    # client, which Spark's Kafka token provider depends on) are not handed over twice.
+    shipped = set(os.listdir(Path(pyspark.__file__).parent / "jars"))
+    jars = [j for j in resolved.split(",")
+            if j and j.rsplit("/", 1)[-1].split("_", 1)[-1] not in shipped]
     if jars and all(Path(local_path(j)).is_file() for j in jars):
         manifest = _manifest()
         manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -318,6 +335,20 @@ def require_delta(spark: SparkSession, needs_azure: bool = False) -> None:
         )
 
 
+KAFKA_SOURCE = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def require_kafka(spark: SparkSession) -> None:
+    """Fail with the exact ``--packages`` argument when Spark's Kafka source is missing (a
+    spark-submit without it; Databricks' runtime has its own)."""
+    if detect_runtime() is Runtime.DATABRICKS:
+        return
+    if not _has_class(spark.sparkContext._jvm, KAFKA_SOURCE):
+        raise SessionError(
+            "expected Spark's Kafka source on the driver's classpath for a Kafka or Event Hubs "
+            f"feed, found it missing. Add to spark-submit: --packages {kafka_package()}")
+
+
 def _has_class(jvm: Any, name: str) -> bool:
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
@@ -335,7 +366,8 @@ _BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSessi
 
 
 def main() -> None:
-    """Warm the Ivy cache with Delta's jars (run by the setup step, so tests never pay it)."""
+    """Warm the Ivy cache with Delta's and the Kafka source's jars (run by the setup step, so
+    tests never pay it)."""
     import tempfile
 
     from framework.config.model import Environment
@@ -344,7 +376,7 @@ def main() -> None:
         env = Environment(name="warmup", runtime=Runtime.LOCAL, root=root, master="local[1]")
         spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
         spark.range(1).write.format("delta").save(os.path.join(root, "probe"))
-        print(f"Delta jars ready: {delta_package()} (Spark {spark.version})")
+        print(f"jars ready: {delta_package()}, {kafka_package()} (Spark {spark.version})")
         spark.stop()
 
 

@@ -1,4 +1,5 @@
-"""The state of each configured table: kind, rows, Delta version, checkpoint, backlog.
+"""The state of each configured table: kind, rows, Delta version, checkpoint, backlog (files
+waiting in landing, or for a Kafka feed the offsets per partition and the lag).
 
 Works on any lake: a table not created yet is reported as missing, a view (a gold mart) with
 its rows and no version, a table that is not Delta (a bucketed parquet table) without one.
@@ -7,6 +8,7 @@ its rows and no version, a table that is not Delta (a bucketed parquet table) wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +30,8 @@ class TableStatus:
     # Files in the backlog that are never read: Spark's file source skips names that start
     # with '.' or '_' (in-flight uploads, by convention; this product's own are left out).
     skipped: tuple[str, ...] = ()
+    # A table fed by Kafka: per topic and partition, the offset reached, the latest, the lag
+    offsets: tuple[dict[str, Any], ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -55,8 +59,9 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
                                and not f.path.endswith(UPLOADING_SUFFIX)))
     else:
         skipped = ()
+    offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
     return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
-                       pending, pending_bytes, skipped)
+                       pending, pending_bytes, skipped, tuple(offsets or ()))
 
 
 def _hidden(path: str) -> bool:

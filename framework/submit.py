@@ -3,9 +3,9 @@
 ``deploy/yarn/submit.sh`` calls ``python -m framework.submit`` and appends what it prints
 (arguments separated by NUL bytes) to its ``spark-submit`` line:
 
-* Delta's jars: the local files resolved once by the setup (``--jars``, shipped to the
-  cluster), else their Maven coordinate (``--packages``); plus hadoop-azure, matching Spark's
-  Hadoop client, when the environment's root is an ``abfss://`` URL.
+* Delta's jars and Spark's Kafka source's: the local files resolved once by the setup
+  (``--jars``, shipped to the cluster), else their Maven coordinates (``--packages``); plus
+  hadoop-azure, matching Spark's Hadoop client, when the environment's root is an ``abfss://`` URL.
 * in cluster mode, where the driver runs in a YARN container: the configuration folder as an
   archive, with the environment file replaced by the environment as resolved here. Every
   ``${VAR}`` is replaced by its value on this machine, so the driver on the cluster needs none
@@ -29,7 +29,7 @@ import yaml
 from framework.config.loader import load_project
 from framework.config.model import Environment
 from framework.errors import MedallionError
-from framework.session import cached_jars, delta_package, hadoop_azure_package
+from framework.session import cached_jars, delta_package, hadoop_azure_package, kafka_package
 
 CONF_ARCHIVE_NAME = "medallion-conf"
 
@@ -45,7 +45,8 @@ def spark_hadoop_version() -> str:
 
 
 def dependency_args(env: Environment) -> list[str]:
-    """``--jars`` (cached) or ``--packages`` for Delta, plus hadoop-azure for abfss roots."""
+    """``--jars`` (cached) or ``--packages`` for Delta and Spark's Kafka source, plus
+    hadoop-azure for abfss roots."""
     packages = []
     if env.root.startswith(("abfss://", "abfs://")):
         packages.append(os.environ.get("HADOOP_AZURE") or hadoop_azure_package(
@@ -55,7 +56,7 @@ def dependency_args(env: Environment) -> list[str]:
         args = ["--jars", ",".join(jars)]
     else:
         args = []
-        packages.insert(0, os.environ.get("DELTA_PACKAGE") or delta_package())
+        packages[:0] = [os.environ.get("DELTA_PACKAGE") or delta_package(), kafka_package()]
     if packages:
         args += ["--packages", ",".join(packages)]
     return args

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from framework.cli import build_parser
 from framework.config.loader import load_project
-from framework.session import delta_package
+from framework.session import delta_package, kafka_package
 from framework.submit import dependency_args, spark_hadoop_version, submit_args
 from tests.support import BIN, REPO, Lakehouse, bronze_spec, write_order_files
 
@@ -56,12 +56,13 @@ def test_the_submit_arguments_ship_delta_as_cached_jars_or_as_its_package(
     env = lakehouse.project().env
     cached = dependency_args(env)  # the setup resolved Delta's jars once
     assert cached[0] == "--jars" and "--packages" not in cached
-    assert any("delta-spark_" in Path(j).name for j in cached[1].split(","))
+    names = [Path(j).name for j in cached[1].split(",")]
+    assert any("delta-spark_" in n for n in names) and any("spark-sql-kafka" in n for n in names)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
-    assert dependency_args(env) == ["--packages", delta_package()]
+    assert dependency_args(env) == ["--packages", f"{delta_package()},{kafka_package()}"]
     adls = env.model_copy(update={"root": "abfss://lake@acct.dfs.core.windows.net/x"})
-    assert dependency_args(adls) == [
-        "--packages", f"{delta_package()},org.apache.hadoop:hadoop-azure:{spark_hadoop_version()}"]
+    assert dependency_args(adls) == ["--packages", f"{delta_package()},{kafka_package()},"
+                                     f"org.apache.hadoop:hadoop-azure:{spark_hadoop_version()}"]
 
 
 def test_cluster_mode_ships_the_environment_as_resolved_here_with_secrets_as_references(

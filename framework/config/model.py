@@ -6,7 +6,7 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator
 
@@ -200,6 +200,12 @@ class TableSpec(Model):
 
     def backlog_path(self, table: Table) -> str | None:
         """A folder whose files wait for this table (bronze's landing zone); None by default."""
+        return None
+
+    def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
+        """For a table fed by a log of records (Kafka): per topic and partition, the offset
+        the table has reached (``committed``), the log's ``latest`` and the ``lag``, for
+        ``medallion status``. None by default."""
         return None
 
     def folders(self, table: Table) -> list[str]:

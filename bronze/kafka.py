@@ -1,0 +1,346 @@
+"""Bronze from Kafka (or Event Hubs' Kafka endpoint): each record's value parsed as a JSON line,
+appended exactly once with its topic, partition and offset.
+
+Spark's Kafka source plans each micro-batch as offset ranges, logged in the checkpoint before
+the batch runs; a batch run again after a crash reads the same ranges. In ``foreachBatch`` the
+good rows are appended to the bronze table in one commit tagged ``<query id>:<batch id>``
+(:class:`framework.delta.BatchCommits`), counted as they are written (``observe``), then the
+malformed ones to ``<table>_quarantine``: a replayed batch writes only what is missing. A value
+that is not a JSON object of the schema, is not UTF-8 (kept in base64), is larger than
+``source.max_record_bytes``, or is absent (a tombstone) is quarantined, never dropped.
+
+Each batch's start and end offsets per partition are in its ``bronze.batch.offsets`` event;
+``medallion status`` shows per partition the offset bronze has reached, the latest offset of
+the topic and the lag (:func:`partition_offsets`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
+from bronze.streams import StreamTableSpec
+from framework.config.model import Layer, SqlKind
+from framework.delta import create_table
+from framework.errors import ConfigError, QueryFailedError
+from framework.job import StreamingJob, timed
+from framework.listener import BatchProgress
+from framework.session import detect_runtime, require_kafka
+from framework.sqlcheck import EXAMPLES, parse_schema
+
+TOPIC = "_topic"
+PARTITION = "_partition"
+OFFSET = "_offset"
+KAFKA_TIMESTAMP = "_kafka_timestamp"
+KEY = "_key"
+INGESTED_AT = "_ingested_at"
+BATCH_ID = "_batch_id"
+RAW = "_raw"
+REASON = "_reason"
+MALFORMED = "malformed record: does not parse against the schema"
+NOT_UTF8 = "value is not UTF-8 text; _raw holds it in base64"
+NO_VALUE = "no value (a tombstone or an empty record)"
+
+RECORD_FIELDS = [
+    StructField(TOPIC, StringType()),
+    StructField(PARTITION, IntegerType()),
+    StructField(OFFSET, LongType()),
+    StructField(KAFKA_TIMESTAMP, TimestampType()),
+    StructField(KEY, StringType()),
+]
+METADATA_FIELDS = [*RECORD_FIELDS, StructField(INGESTED_AT, TimestampType()),
+                   StructField(BATCH_ID, LongType())]
+QUARANTINE_SCHEMA = StructType(
+    [StructField(RAW, StringType()), StructField(REASON, StringType()), *METADATA_FIELDS])
+# Statistics on the ingestion columns only (as for file feeds): skipping by partition and
+# offset finds a record, or a batch, without reading the rest.
+PROPERTIES = {"delta.dataSkippingStatsColumns":
+              f"{PARTITION},{OFFSET},{BATCH_ID},{INGESTED_AT},{KAFKA_TIMESTAMP}"}
+# Spark's words when offsets a query has not read are gone (failOnDataLoss).
+DATA_LOSS = ("data may have been lost", "data may have been missed", "are gone",
+             "offset was changed", "partitions lost")
+
+
+def stream_schema(spec: StreamTableSpec, records: StructType) -> StructType:
+    """The bronze table's columns: the records', the rescued column, the ingestion columns."""
+    rescued = [StructField(spec.rescued_column, StringType())] if spec.rescued_column else []
+    return StructType([*records.fields, *rescued, *METADATA_FIELDS])
+
+
+def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec) -> DataFrame:
+    """Spark's Kafka rows (key, value, topic...) as the schema's columns, the rescued column,
+    the internal ``_corrupt_record``/``_corrupt_reason`` and the record's Kafka columns."""
+    src = spec.source
+    text = F.col("value").cast("string")  # the bytes as they are: checked, then parsed
+    utf8 = F.is_valid_utf8(text)
+    lines = records.select(
+        F.when(utf8, text).alias("value"),
+        F.col("value").isNull().alias("_absent"),
+        F.when(~utf8, F.col("value")).alias("_bytes"),  # kept only when not UTF-8
+        F.col("topic").alias(TOPIC), F.col("partition").alias(PARTITION),
+        F.col("offset").alias(OFFSET), F.col("timestamp").alias(KAFKA_TIMESTAMP),
+        F.col("key").cast("string").alias(KEY))
+    carry = ["_absent", "_bytes", *[f.name for f in RECORD_FIELDS]]
+    parsed = parse_json_lines(lines, schema, src.options, src.max_record_bytes,
+                              spec.rescued_column, carry)
+    absent, not_utf8 = F.col("_absent"), F.col("_bytes").isNotNull()
+    b64 = F.base64(F.substring(F.col("_bytes"), 1, RAW_PREFIX * 3))
+    corrupt = F.when(not_utf8, b64).when(~absent, F.col(CORRUPT))
+    reason = F.when(absent, F.lit(NO_VALUE)).when(not_utf8, F.lit(NOT_UTF8)) \
+        .otherwise(F.col(CORRUPT_REASON))
+    data = [c for c in parsed.columns if c not in (CORRUPT, CORRUPT_REASON, *carry)]
+    return parsed.select(*data, corrupt.alias(CORRUPT), reason.alias(CORRUPT_REASON),
+                         *[f.name for f in RECORD_FIELDS])
+
+
+class StreamBronzeJob(StreamingJob):
+    """Ingests one Kafka (or Event Hubs) feed into its bronze Delta table."""
+
+    layer: ClassVar[Layer] = Layer.BRONZE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = cast(StreamTableSpec, self.table.spec)
+        self.quarantine_table = self.table.qualified("quarantine")
+        self.locations = {
+            self.table.full_name: self.table.location,
+            self.quarantine_table: self.table.companion_location("quarantine"),
+        }
+        self.batches: list[dict[str, Any]] = []
+        self.offsets_lost: list[dict[str, Any]] = []  # jumps past unread offsets
+        self._started = threading.Event()
+
+    def describe(self) -> dict[str, Any]:
+        src = self.spec.source
+        return super().describe() | {"source": src.format.value, "topics": src.topics(),
+                                     "fail_on_data_loss": src.fail_on_data_loss}
+
+    # ------------------------------------------------------------------ steps
+    def prepare(self) -> None:
+        super().prepare()
+        require_kafka(self.spark)
+        ddl = self.spec.source.schema_
+        if not ddl:
+            raise ConfigError("expected a schema (DDL) of the records' values, found none",
+                              file=self.table.source_file, key="source.schema")
+        try:
+            self.schema = parse_schema(ddl)
+        except ValueError as exc:
+            raise ConfigError(f"expected {EXAMPLES[SqlKind.SCHEMA]}, found {ddl!r}: {exc}",
+                              file=self.table.source_file, key="source.schema") from exc
+        tables = {
+            self.table.full_name: (stream_schema(self.spec, self.schema),
+                                   self.spec.description),
+            self.quarantine_table: (QUARANTINE_SCHEMA,
+                                    f"Malformed records of {self.table.name}"),
+        }
+        for name, (schema, comment) in tables.items():
+            create_table(self.spark, name, schema, self.locations[name], comment=comment,
+                         properties=PROPERTIES)
+
+    def read(self) -> DataFrame:
+        from framework.config.model import Runtime
+
+        databricks = detect_runtime() is Runtime.DATABRICKS
+        options = self.spec.source.spark_options(databricks=databricks)
+        return self.spark.readStream.format("kafka").options(**options).load()
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        return decode(df, self.schema, self.spec)
+
+    def write(self, df: DataFrame) -> DataStreamWriter:
+        return df.writeStream.foreachBatch(self._process_batch)
+
+    def on_started(self, query: StreamingQuery) -> None:
+        self._started.set()
+
+    # ------------------------------------------------------------------ one micro-batch
+    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._started.wait()
+        log = self.log.bind(batch_id=batch_id)
+        seconds: dict[str, float] = {}
+        stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()) \
+            .withColumn(BATCH_ID, F.lit(batch_id).cast("long"))
+        bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
+        counts = [F.count(F.lit(1)).alias("records"), F.count_if(bad).alias("quarantined")]
+        bronze, quarantine = self.locations[self.table.full_name], \
+            self.locations[self.quarantine_table]
+        with timed(seconds, "write"):
+            if self.commits.written_before(bronze, batch_id):
+                # Appended before a restart: counted in a pass of its own, not written again.
+                row = stamped.agg(*counts).first()
+                assert row is not None
+                metrics = row.asDict()
+            else:
+                observation = Observation(f"bronze_{self.table.name}_{batch_id}")
+                good = stamped.observe(observation, *counts).where(~bad) \
+                    .drop(CORRUPT, CORRUPT_REASON)
+                self.commits.append(good, bronze, batch_id, checked=True)
+                metrics = observation.get
+        if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
+            with timed(seconds, "quarantine"):
+                self.commits.append(_quarantine_rows(stamped, bad), quarantine, batch_id,
+                                    checked=True)
+        metrics = {"batch_id": batch_id, **metrics, "seconds": seconds}
+        self.batches.append(metrics)
+        log.info("bronze.batch.committed", records=metrics["records"],
+                 bronze_rows=metrics["records"] - metrics["quarantined"],
+                 quarantined_rows=metrics["quarantined"], seconds=seconds)
+
+    def on_batch(self, progress: BatchProgress) -> None:
+        """Log the batch's offsets; note a partition whose end lies before its start: its
+        offsets went back (the topic was created again), ``fail_on_data_loss`` is false, and
+        Spark skipped the partition's records up to the new end."""
+        start, end = _offsets(progress.start_offsets), _offsets(progress.end_offsets)
+        if not end:
+            return
+        self.log.info("bronze.batch.offsets", batch_id=progress.batch_id,
+                      start_offsets=progress.start_offsets, end_offsets=progress.end_offsets,
+                      input_rows=progress.input_rows)
+        lost = [{"topic": t, "partition": p, "read_up_to": start[(t, p)], "went_on_from": e}
+                for (t, p), e in sorted(end.items()) if (t, p) in start and e < start[(t, p)]]
+        if lost:
+            self.offsets_lost.extend(lost)
+            self.log.warning("bronze.kafka.offsets_lost", batch_id=progress.batch_id,
+                             partitions=lost, reason="the partition's offsets went back; "
+                             "its records before went_on_from are not read "
+                             "(source.fail_on_data_loss is false)")
+
+    def batch_rows(self, progress: BatchProgress) -> int:
+        done = [b["records"] for b in self.batches if b["batch_id"] == progress.batch_id]
+        return done[-1] if done else progress.input_rows
+
+    def _await(self, query: StreamingQuery) -> Any:
+        try:
+            return super()._await(query)
+        except QueryFailedError as exc:
+            text = str(exc.__cause__ or exc)
+            if any(words in text.lower() for words in DATA_LOSS):
+                raise QueryFailedError(self.table.full_name, "stream", _data_loss(
+                    text, self.spec.source.topics())) from exc
+            raise
+
+    # ------------------------------------------------------------------ after the query
+    def finish(self) -> dict[str, int]:
+        records = sum(b["records"] for b in self.batches)
+        quarantined = sum(b["quarantined"] for b in self.batches)
+        self.log.info("bronze.run.counted", records_read=records,
+                      bronze_rows=records - quarantined, quarantined_rows=quarantined,
+                      offset_jumps=len(self.offsets_lost))
+        return {"rows_in": records, "rows_out": records - quarantined,
+                "records_read": records, "quarantined_rows": quarantined,
+                "offset_jumps": len(self.offsets_lost)}
+
+
+def _quarantine_rows(stamped: DataFrame, bad: Column) -> DataFrame:
+    """The malformed records: their text (or its prefix, or base64 of bytes that are not
+    UTF-8) and the reason."""
+    reason = F.coalesce(F.col(CORRUPT_REASON), F.lit(MALFORMED))
+    return stamped.where(bad).select(
+        F.col(CORRUPT).alias(RAW), reason.alias(REASON),
+        *[F.col(f.name) for f in METADATA_FIELDS])
+
+
+def _offsets(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in (offsets or {}).items()
+            for p, o in parts.items()}
+
+
+def _data_loss(error: str, topics: list[str] | None) -> str:
+    """Spark's data-loss failure in words: which partitions went back from which offset to
+    which (from the offsets its message lists), and what to do."""
+    committed, available = (_listed_offsets(error, f"Current {which} Offsets:")
+                            for which in ("Committed", "Available"))
+    gone = [f"{t} partition {p} (read up to offset {committed[(t, p)]}, the latest is now "
+            f"{available[(t, p)]})" for t, p in sorted(committed)
+            if (t, p) in available and available[(t, p)] < committed[(t, p)]]
+    named = re.findall(r"Partition (\S+?)-(\d+)'?s? offset was changed from (\d+) to (\d+)",
+                       error)
+    gone = gone or [f"{t} partition {p} (read up to offset {a}, the latest is now {b})"
+                    for t, p, a, b in named]
+    where = "; ".join(gone) or ", ".join(topics or []) or "the subscribed topics"
+    return (f"expected the offsets not yet read to still be in Kafka, found them gone for "
+            f"{where}: the topic was deleted and created again, or its records expired "
+            "before they were read. Set source.fail_on_data_loss: false to go on from the "
+            "offsets still there (the records in between are not read), or reset the "
+            "table's checkpoint to read the topic again")
+
+
+def _listed_offsets(error: str, label: str) -> dict[tuple[str, int], int]:
+    """The offsets Spark's query error lists after ``label`` (``{source: {json}}``)."""
+    for line in error.splitlines():
+        if line.startswith(label):
+            start = line.find(": {", len(label))
+            try:
+                return _offsets(json.loads(line[start + 2:].rstrip()[:-1]))
+            except (ValueError, AttributeError):
+                return {}
+    return {}
+
+
+def partition_offsets(spark: Any, location: str, quarantine: str, spec: StreamTableSpec
+                      ) -> list[dict[str, Any]]:
+    """Per topic and partition: the next offset bronze will read (one past the highest it
+    holds, in the table or its quarantine), the latest offset of the topic, and the lag."""
+    from delta.tables import DeltaTable
+
+    reached: dict[tuple[str, int], int] = {}
+    for loc in (location, quarantine):
+        if not DeltaTable.isDeltaTable(spark, loc):
+            continue
+        for row in spark.read.format("delta").load(loc).groupBy(TOPIC, PARTITION) \
+                .agg(F.max(OFFSET).alias("m")).collect():
+            key = (row[TOPIC], int(row[PARTITION]))
+            reached[key] = max(reached.get(key, 0), int(row["m"]) + 1)
+    latest = latest_offsets(spec)
+    rows = []
+    for key in sorted(set(latest) | set(reached)):
+        committed, end = reached.get(key, 0), latest.get(key)
+        rows.append({"topic": key[0], "partition": key[1], "committed": committed,
+                     "latest": end, "lag": None if end is None else max(0, end - committed)})
+    return rows
+
+
+def latest_offsets(spec: StreamTableSpec, timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """The end offset of each partition of the feed's topics (a pattern: none listed), asked
+    of the brokers with a Kafka client."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    topics = spec.source.topics()
+    if not topics:
+        return {}
+    consumer = Consumer({**spec.source.client_settings(), "group.id": "medallion-status",
+                         "enable.auto.commit": False})
+    try:
+        found: dict[tuple[str, int], int] = {}
+        try:
+            metadata = consumer.list_topics(timeout=timeout)
+        except KafkaException:  # no broker answered: the latest offsets are unknown
+            return {}
+        for topic in topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                continue
+            for p in info.partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                            timeout=timeout)
+                found[(topic, p)] = int(high)
+        return found
+    finally:
+        consumer.close()
