@@ -11,7 +11,7 @@ that is not a JSON object of the schema, is not UTF-8 (kept in base64), is large
 
 Each batch's start and end offsets per partition are in its ``bronze.batch.offsets`` event;
 ``medallion status`` shows per partition the offset bronze has reached, the latest offset of
-the topic and the lag (:func:`partition_offsets`).
+the topic and the lag (:mod:`bronze.offsets`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, SqlKind
@@ -44,11 +45,6 @@ from framework.listener import BatchProgress
 from framework.session import detect_runtime, require_kafka
 from framework.sqlcheck import EXAMPLES, parse_schema
 
-TOPIC = "_topic"
-PARTITION = "_partition"
-OFFSET = "_offset"
-KAFKA_TIMESTAMP = "_kafka_timestamp"
-KEY = "_key"
 INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
 RAW = "_raw"
@@ -292,55 +288,3 @@ def _listed_offsets(error: str, label: str) -> dict[tuple[str, int], int]:
             except (ValueError, AttributeError):
                 return {}
     return {}
-
-
-def partition_offsets(spark: Any, location: str, quarantine: str, spec: StreamTableSpec
-                      ) -> list[dict[str, Any]]:
-    """Per topic and partition: the next offset bronze will read (one past the highest it
-    holds, in the table or its quarantine), the latest offset of the topic, and the lag."""
-    from delta.tables import DeltaTable
-
-    reached: dict[tuple[str, int], int] = {}
-    for loc in (location, quarantine):
-        if not DeltaTable.isDeltaTable(spark, loc):
-            continue
-        for row in spark.read.format("delta").load(loc).groupBy(TOPIC, PARTITION) \
-                .agg(F.max(OFFSET).alias("m")).collect():
-            key = (row[TOPIC], int(row[PARTITION]))
-            reached[key] = max(reached.get(key, 0), int(row["m"]) + 1)
-    latest = latest_offsets(spec)
-    rows = []
-    for key in sorted(set(latest) | set(reached)):
-        committed, end = reached.get(key, 0), latest.get(key)
-        rows.append({"topic": key[0], "partition": key[1], "committed": committed,
-                     "latest": end, "lag": None if end is None else max(0, end - committed)})
-    return rows
-
-
-def latest_offsets(spec: StreamTableSpec, timeout: float = 10.0) -> dict[tuple[str, int], int]:
-    """The end offset of each partition of the feed's topics (a pattern: none listed), asked
-    of the brokers with a Kafka client."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    topics = spec.source.topics()
-    if not topics:
-        return {}
-    consumer = Consumer({**spec.source.client_settings(), "group.id": "medallion-status",
-                         "enable.auto.commit": False})
-    try:
-        found: dict[tuple[str, int], int] = {}
-        try:
-            metadata = consumer.list_topics(timeout=timeout)
-        except KafkaException:  # no broker answered: the latest offsets are unknown
-            return {}
-        for topic in topics:
-            info = metadata.topics.get(topic)
-            if info is None or info.error is not None:
-                continue
-            for p in info.partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                            timeout=timeout)
-                found[(topic, p)] = int(high)
-        return found
-    finally:
-        consumer.close()

@@ -178,10 +178,10 @@ class StreamTableSpec(TableSpec):
     rescued_column: Identifier | None = "_rescued_data"
 
     def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
-        from bronze.kafka import partition_offsets
+        from bronze.offsets import partition_offsets
 
-        return partition_offsets(spark, table.location, table.companion_location("quarantine"),
-                                 self)
+        return partition_offsets(spark, [table.location, table.companion_location("quarantine")],
+                                 self.source.topics(), self.source.client_settings())
 
     def sql_texts(self) -> list[SqlText]:
         schema = self.source.schema_

@@ -132,7 +132,7 @@ def test_enum_values_are_checked(lakehouse: Lakehouse) -> None:
     with pytest.raises(ConfigValidationError) as info:
         lakehouse.project()
     (err,) = info.value.of_kind(WrongTypeError)
-    assert "'json'" in str(err) and "'xml'" in str(err)
+    assert "expected one of json, csv, parquet, kafka, eventhubs, found 'xml'" in str(err)
 
 
 def test_secrets_are_references_and_never_shown(
