@@ -40,7 +40,7 @@ from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, SqlKind
 from framework.delta import create_table
 from framework.errors import ConfigError, QueryFailedError
-from framework.job import StreamingJob, timed
+from framework.job import RunStatus, StreamingJob, timed
 from framework.listener import BatchProgress
 from framework.session import detect_runtime, require_kafka
 from framework.sqlcheck import EXAMPLES, parse_schema
@@ -222,7 +222,7 @@ class StreamBronzeJob(StreamingJob):
         done = [b["records"] for b in self.batches if b["batch_id"] == progress.batch_id]
         return done[-1] if done else progress.input_rows
 
-    def _await(self, query: StreamingQuery) -> Any:
+    def _await(self, query: StreamingQuery) -> RunStatus:
         try:
             return super()._await(query)
         except QueryFailedError as exc:

@@ -96,14 +96,7 @@ class StreamSource(Model):
 
     def client_settings(self) -> dict[str, str]:
         """The same endpoint for a Python Kafka client (``medallion status``'s offsets)."""
-        endpoint = self.endpoint()
-        settings = {"bootstrap.servers": endpoint["kafka.bootstrap.servers"]}
-        if "kafka.sasl.jaas.config" in endpoint:
-            assert isinstance(self, EventHubsSource)
-            settings |= {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                         "sasl.username": "$ConnectionString",
-                         "sasl.password": self.connection_string.resolve()}
-        return settings
+        raise NotImplementedError
 
     def topics(self) -> list[str] | None:
         """The topics read, or None for a pattern."""
@@ -131,6 +124,9 @@ class KafkaSource(StreamSource):
         subscribe = {"subscribe": ",".join(self.topics_)} if self.topics_ else \
             {"subscribePattern": str(self.topic_pattern)}
         return {"kafka.bootstrap.servers": self.bootstrap_servers, **subscribe}
+
+    def client_settings(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_servers}
 
     def topics(self) -> list[str] | None:
         return list(self.topics_) if self.topics_ else None
@@ -163,6 +159,12 @@ class EventHubsSource(StreamSource):
             "kafka.request.timeout.ms": "60000",
             "kafka.session.timeout.ms": "30000",
         }
+
+    def client_settings(self) -> dict[str, str]:
+        return {"bootstrap.servers": f"{self.host()}:{EVENTHUBS_PORT}",
+                "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                "sasl.username": "$ConnectionString",
+                "sasl.password": self.connection_string.resolve()}
 
     def topics(self) -> list[str] | None:
         return [self.event_hub]

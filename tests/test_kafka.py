@@ -76,10 +76,12 @@ def test_a_topic_is_ingested_exactly_once_with_malformed_values_quarantined(
     rows[7]["coupon"] = "WELCOME"  # a key outside the schema: rescued
     dupes = [order(i) for i in range(100, 110)]  # delivered twice: silver drops them
     records = list(json_records(rows + dupes, 3))
+    big = json.dumps(order(999, note="x" * 2000)).encode()  # over max_record_bytes
     malformed = [(0, b"m1", b"{not json"), (1, b"m2", b"\xff\xfe not utf-8"),
-                 (2, b"m3", None), (0, b"m4", b"[1, 2]")]
-    assert broker.produce("orders-a", records + malformed) == 134
-    lakehouse.add_table("bronze", "orders", kafka_spec(broker, "orders-a"))
+                 (2, b"m3", None), (0, b"m4", b"[1, 2]"), (1, b"m5", big)]
+    assert broker.produce("orders-a", records + malformed) == 135
+    lakehouse.add_table("bronze", "orders", kafka_spec(broker, "orders-a",
+                                                       max_record_bytes=1000))
     lakehouse.add_table("silver", "orders", silver_spec(
         source={"table": "orders"}, event_time="event_time",
         dedup={"keys": ["order_id"], "delay": "1 day"}))
@@ -87,7 +89,7 @@ def test_a_topic_is_ingested_exactly_once_with_malformed_values_quarantined(
     first = run(spark, lakehouse)
 
     table = lakehouse.project().table("orders", Layer.BRONZE)
-    assert (first.rows_in, first.rows_out, first.counts["quarantined_rows"]) == (134, 130, 4)
+    assert (first.rows_in, first.rows_out, first.counts["quarantined_rows"]) == (135, 130, 5)
     assert offsets_in(spark, lakehouse) == every_offset(broker, "orders-a")  # each once
     rescued = spark.table(table.full_name).where("_rescued_data IS NOT NULL") \
         .select("order_id", "_rescued_data")
@@ -100,9 +102,11 @@ def test_a_topic_is_ingested_exactly_once_with_malformed_values_quarantined(
         "m1": ("{not json", "malformed record: does not parse against the schema"),
         "m2": ("//4gbm90IHV0Zi04", "value is not UTF-8 text; _raw holds it in base64"),
         "m3": (None, "no value (a tombstone or an empty record)"),
-        "m4": ("[1, 2]", "malformed record: does not parse against the schema")}
+        "m4": ("[1, 2]", "malformed record: does not parse against the schema"),
+        "m5": (big.decode()[:4096], f"record too large: {len(big)} bytes, expected at most "
+               "1000 (source.max_record_bytes); _raw holds its first 4096 characters")}
     assert sorted(tuple(r) for r in quarantine.select("_topic", "_partition").collect()) == \
-        [("orders-a", 0), ("orders-a", 0), ("orders-a", 1), ("orders-a", 2)]
+        [("orders-a", 0), ("orders-a", 0), ("orders-a", 1), ("orders-a", 1), ("orders-a", 2)]
 
     silver = run(spark, lakehouse, Layer.SILVER)
     assert silver.rows_out == 120  # the 10 delivered twice dropped, as for files
@@ -119,7 +123,7 @@ def test_a_topic_is_ingested_exactly_once_with_malformed_values_quarantined(
 
     status = table_status(spark, table)
     assert [(o["partition"], o["committed"], o["latest"], o["lag"]) for o in status.offsets] \
-        == [(0, 46, 48, 2), (1, 44, 46, 2), (2, 44, 46, 2)]
+        == [(0, 46, 48, 2), (1, 45, 47, 2), (2, 44, 46, 2)]
 
 
 def test_a_driver_killed_mid_run_loses_and_duplicates_no_record(
