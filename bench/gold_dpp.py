@@ -12,10 +12,13 @@ city and channel (counts, sums, an average, the last hour):
 
 Both settings run alternately after a warm-up of each, with a third run for reference: the
 same query with the region's stores listed in its filter, pruned while Spark plans it (static
-pruning, the least any pruning can read). Times are medians. The files read come from the
+pruning, the least any pruning can read). Then the pruned query runs through the JDBC endpoint
+(``medallion serve``'s Thrift server in this session's driver, Spark's beeline as the client,
+one connection, the first answer a warm-up). Times are medians. The files read come from the
 scan's SQL metrics (``framework.pruning.explain_pruning``). The last line is one JSON object
-with the figures and the ratios (pruned / unpruned, and static / unpruned: the time ratio this
-query's own work, besides reading its partitions, leaves within reach).
+with the figures and the ratios: ``ratio`` = dynamically pruned / statically pruned time,
+``files_ratio`` (files read of the fact's), ``time_ratio_unpruned`` (pruned / unpruned) and
+``jdbc_ratio`` (through JDBC / in process).
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ from bench.common import BenchLakehouse
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus
 from framework.pruning import explain_pruning
+from framework.serve import driver_class_path
+from framework.serve import start as start_server
 from gold.mart import MartJob
+from tests.kafka_broker import free_port
 
 DPP = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
 
@@ -59,7 +65,12 @@ def main() -> None:
                         help="files in each partition (a fact built by micro-batches has many)")
     args = parser.parse_args()
 
-    lake = BenchLakehouse("gold-dpp", shuffle_partitions=4)
+    # The JDBC side: the Thrift server in this session's driver, whose JVM takes the
+    # server's address from the environment and Delta's jars on its class path.
+    port = free_port()
+    os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(port)
+    os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = "localhost"
+    lake = BenchLakehouse("gold-dpp", shuffle_partitions=4, **driver_class_path())
     spark = lake.spark
     lake.write("tables/bronze/orders.yaml", {"source": {"path": "landing/orders",
                                                         "format": "json"}})
@@ -151,6 +162,10 @@ def main() -> None:
             times[name].append(timed(spark, runs[name][0], runs[name][1]))
         print(f"round {r}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()),
               flush=True)
+    server = start_server(spark, "localhost", port, "NONE")
+    jdbc = jdbc_seconds(server.url, query, args.repeat + 1)[1:]  # the first one warms up
+    server.stop()
+    print(f"through JDBC (warm): {', '.join(f'{t:.2f}s' for t in jdbc)}", flush=True)
     evidence = {}
     for name, (q, pruning) in runs.items():
         spark.conf.set(DPP, str(pruning).lower())
@@ -159,6 +174,7 @@ def main() -> None:
     on, off, fixed = (evidence[n].scan("store_orders") for n in ("pruned", "unpruned", "static"))
     t_on, t_off = statistics.median(times["pruned"]), statistics.median(times["unpruned"])
     t_static = statistics.median(times["static"])
+    t_jdbc = statistics.median(jdbc)
     spark.stop()
     shutil.rmtree(lake.work, ignore_errors=True)
     print(json.dumps({
@@ -177,11 +193,37 @@ def main() -> None:
         "seconds_pruned": [round(t, 3) for t in times["pruned"]],
         "seconds_unpruned": [round(t, 3) for t in times["unpruned"]],
         "seconds_static": [round(t, 3) for t in times["static"]],
-        "files_read_ratio": round(on.files_read / on.files_total, 3),
-        "time_ratio": round(t_on / t_off, 3),
+        "seconds_jdbc": [round(t, 3) for t in jdbc],
+        "files_ratio": round(on.files_read / on.files_total, 3),
+        "time_ratio_unpruned": round(t_on / t_off, 3),
         # The least time ratio pruning could reach on this query: static pruning's.
         "time_ratio_static": round(t_static / t_off, 3),
+        "jdbc_ratio": round(t_jdbc / t_on, 3),
+        # Dynamic pruning against static pruning, the floor of any pruning's time.
+        "ratio": round(t_on / t_static, 3),
     }))
+
+
+def jdbc_seconds(url: str, query: str, times: int) -> list[float]:
+    """The query's seconds through the JDBC endpoint, run ``times`` times in one beeline
+    session (one connection, as a BI tool keeps), as beeline reports them."""
+    import re
+    import subprocess
+
+    import pyspark
+
+    jars = str(Path(pyspark.__file__).parent / "jars" / "*")
+    statements = f"SET {DPP}=true;\n" + f"{query};\n" * times
+    done = subprocess.run(["java", "-cp", jars, "org.apache.hive.beeline.BeeLine", "-u", url,
+                           "-n", "bench", "--outputformat=csv2", "-e", statements],
+                          capture_output=True, text=True, timeout=3600)
+    # beeline's "N rows selected (T seconds)", after the one of the SET
+    found = [float(s) for s in re.findall(r"rows? selected \(([\d.]+) seconds\)",
+                                           done.stderr)][1:]
+    if done.returncode != 0 or len(found) != times:
+        raise SystemExit(f"expected {times} timed answers through JDBC, found {found}: "
+                         f"{done.stderr[-2000:]}")
+    return found
 
 
 if __name__ == "__main__":

@@ -92,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "the plan; partitions and files read of each table's total) instead of rows")
     p.set_defaults(handler=cmd_sql)
 
+    p = sub.add_parser("serve", parents=[common], help="serve the tables over JDBC/ODBC",
+                       description="Start Spark's Thrift JDBC/ODBC server (HiveServer2's "
+                       "protocol) over the lakehouse catalog, until SIGTERM or Ctrl-C. "
+                       "Without authentication it listens on loopback addresses only.")
+    p.add_argument("--host", default=None,
+                   help="address to listen on (default: $MEDALLION_SERVE_HOST or localhost)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port (default: $MEDALLION_SERVE_PORT or 10000)")
+    p.set_defaults(handler=cmd_serve)
+
     p = sub.add_parser("optimize", parents=[common], help="compact and lay out a Delta table",
                        description="OPTIMIZE a configured Delta table: a clustered table "
                        "(cluster_by) is laid out by its clustering columns; with --zorder a "
@@ -236,6 +246,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r.table}: {len(r.skipped)} file(s) in landing will never be read: a name "
                   f"starting with '.' or '_' is skipped by Spark's file source; rename them "
                   f"to ingest them: {shown}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from framework.serve import serve
+
+    serve(project_of(args), args.host, args.port)
     return EXIT_OK
 
 

@@ -15,7 +15,8 @@ from tests.minicluster import minicluster
 from tests.support import Lakehouse
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
-LONG = ("test_crash", "test_readme", "test_lifecycle", "test_demo", "test_kafka")  # minutes each
+LONG = ("test_crash", "test_readme", "test_lifecycle", "test_demo", "test_kafka",
+        "test_serve")  # a minute or more each
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,160 @@
+"""``medallion serve``: Spark's Thrift JDBC/ODBC server (HiveServer2's protocol) over the
+lakehouse catalog, so that BI tools and ``beeline`` query the tables by name.
+
+The server runs in the driver of the environment's own session (Spark's
+``HiveThriftServer2.startWithContext``, whose classes ship with pyspark): every table and view
+the catalog holds is visible, with its comments, and each query runs as ``medallion sql`` runs
+it. It listens on ``localhost`` unless told otherwise. Without authentication it only listens on
+a loopback address: on any other address HiveServer2's authentication must be configured in the
+environment's ``spark_conf`` (``spark.hadoop.hive.server2.authentication``: ``LDAP`` with its
+``...ldap.url``, ``KERBEROS`` with its principal and keytab, ``CUSTOM``), or the command is
+refused. A port already taken is refused before anything starts. SIGTERM or Ctrl-C stops the
+server, then the session.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from framework.config.model import ProjectConfig, Runtime
+from framework.errors import UsageError
+from framework.logging import get_logger
+
+DEFAULT_PORT = 10000
+PORT_VARIABLE = "MEDALLION_SERVE_PORT"
+HOST_VARIABLE = "MEDALLION_SERVE_HOST"
+AUTHENTICATION = "hive.server2.authentication"
+UNAUTHENTICATED = ("NONE", "NOSASL")
+DELTA_JARS = ("io.delta_delta-spark_", "io.delta_delta-storage-")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def authentication(project: ProjectConfig) -> str:
+    """HiveServer2's authentication mode as the environment sets it (``NONE`` by default)."""
+    conf = project.env.spark_conf
+    value = conf.get(f"spark.hadoop.{AUTHENTICATION}") or conf.get(f"spark.{AUTHENTICATION}")
+    value = value or "NONE"
+    return str(value).upper()
+
+
+def check_address(mode: str, host: str, port: int) -> None:
+    """Refuse an address without authentication off loopback, and a port in use."""
+    if not is_loopback(host) and mode in UNAUTHENTICATED:
+        raise UsageError(
+            f"expected authentication for a server listening on {host} (not a loopback "
+            f"address), found {AUTHENTICATION}={mode}; set spark.hadoop.{AUTHENTICATION} "
+            "(LDAP, KERBEROS or CUSTOM, with its settings) in the environment's spark_conf, "
+            "or serve on localhost")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"expected port {port} on {host} free for the server, found it "
+                             f"in use or not bindable ({exc.strerror}); choose another with "
+                             f"--port or {PORT_VARIABLE}") from None
+
+
+@dataclass
+class ThriftServer:
+    """A running Thrift server in the session's driver."""
+
+    spark: SparkSession
+    host: str
+    port: int
+    handle: Any
+
+    @property
+    def url(self) -> str:
+        return f"jdbc:hive2://{self.host}:{self.port}/default"
+
+    def stop(self) -> None:
+        self.handle.stop()
+        get_logger(host=self.host, port=self.port).info("serve.stopped")
+
+
+def driver_class_path() -> dict[str, str]:
+    """The session setting a local driver that serves needs: the server's sessions load the
+    Delta catalog through the JVM's class path, not through the jars a running session adds,
+    so the driver starts with Delta's own jars on it (only those: their dependencies' older
+    versions would shadow Spark's)."""
+    from framework.session import cached_jars
+    from framework.storage import local_path
+
+    delta = [j for j in cached_jars() if j.rsplit("/", 1)[-1].startswith(DELTA_JARS)]
+    return {"spark.driver.extraClassPath": ":".join(local_path(j) for j in delta)} if delta \
+        else {}
+
+
+def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:
+    """Serve the environment's catalog until SIGTERM or SIGINT."""
+    from framework.session import get_spark
+
+    host = host or os.environ.get(HOST_VARIABLE) or "localhost"
+    port = port or int(os.environ.get(PORT_VARIABLE) or DEFAULT_PORT)
+    mode = authentication(project)
+    check_address(mode, host, port)
+    # HiveServer2 takes its address from these variables of the driver's JVM, started below
+    os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(port)
+    os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = host
+    local = project.env.runtime in (Runtime.LOCAL, Runtime.AUTO)
+    spark = get_spark(project.env, "medallion-serve", driver_class_path() if local else {})
+    server = start(spark, host, port, mode)
+    stopped: list[str] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        stopped.append(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        print(f"serving {project.env.catalog} on {server.url} (authentication: {mode}); "
+              "SIGTERM or Ctrl-C stops", flush=True)
+        while not stopped:
+            time.sleep(0.2)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        server.stop()
+        spark.stop()
+        get_logger(host=host, port=port).info("serve.finished", signal=",".join(stopped))
+
+
+def start(spark: SparkSession, host: str, port: int, mode: str,
+          timeout: float = 60.0) -> ThriftServer:
+    """Start the server in ``spark``'s driver, whose JVM was started with the address in
+    ``HIVE_SERVER2_THRIFT_PORT`` and ``..._BIND_HOST``, and wait until it accepts
+    connections on ``host:port``."""
+    jvm: Any = spark.sparkContext._jvm
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+        spark._jsparkSession.sqlContext())
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise UsageError(f"expected the server listening on {host}:{port} within "
+                                 f"{timeout:.0f} s, found nothing there") from None
+            time.sleep(0.2)
+    running = ThriftServer(spark, host, port, server)
+    get_logger(host=host, port=port).info("serve.started", url=running.url,
+                                          authentication=mode)
+    return running
