@@ -20,13 +20,12 @@ through ``framework.storage`` (the session's Hadoop file system on any store but
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import StructType
 
 from bronze.batch import (
@@ -92,7 +91,6 @@ class BronzeJob(StreamingJob):
         self._ledger_from_before = False
         self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._prepared = False
-        self._started = threading.Event()
 
     # ------------------------------------------------------------------ steps
     def prepare(self) -> None:
@@ -151,15 +149,11 @@ class BronzeJob(StreamingJob):
         return with_file_columns(df)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
-        return df.writeStream.foreachBatch(self._process_batch)
-
-    def on_started(self, query: StreamingQuery) -> None:
-        self._started.set()
+        return self.foreach_batch(df, self._process_batch)
 
     # ------------------------------------------------------------------ one micro-batch
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch, every file whole or not at all."""
-        self._started.wait()
         log = self.log.bind(batch_id=batch_id)
         files = {from_uri(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
                                                               storage=self.files)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
@@ -120,7 +119,6 @@ class StreamBronzeJob(StreamingJob):
         }
         self.batches: list[dict[str, Any]] = []
         self.offsets_lost: list[dict[str, Any]] = []  # jumps past unread offsets
-        self._started = threading.Event()
 
     def describe(self) -> dict[str, Any]:
         src = self.spec.source
@@ -161,14 +159,10 @@ class StreamBronzeJob(StreamingJob):
         return decode(df, self.schema, self.spec)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
-        return df.writeStream.foreachBatch(self._process_batch)
-
-    def on_started(self, query: StreamingQuery) -> None:
-        self._started.set()
+        return self.foreach_batch(df, self._process_batch)
 
     # ------------------------------------------------------------------ one micro-batch
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        self._started.wait()
         log = self.log.bind(batch_id=batch_id)
         seconds: dict[str, float] = {}
         stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()) \

@@ -308,6 +308,7 @@ class StreamingJob(Job):
         self.query: StreamingQuery | None = None
         # The executed micro-batches' progress, once the query has ended (see ``report``).
         self.progress: list[BatchProgress] = []
+        self._query_started = threading.Event()  # see foreach_batch
 
     def describe(self) -> dict[str, Any]:
         return {"trigger": "continuous" if self.ctx.trigger.continuous else "availableNow"}
@@ -400,6 +401,16 @@ class StreamingJob(Job):
     def write(self, df: DataFrame) -> DataStreamWriter:
         """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
 
+    def foreach_batch(self, df: DataFrame, process: Callable[[DataFrame, int], None]
+                      ) -> DataStreamWriter:
+        """A ``foreachBatch`` writer whose batches run once the query's start has returned:
+        its id (the writer id of :attr:`commits`) is known when a batch tags its commits."""
+        def run(batch: DataFrame, batch_id: int) -> None:
+            self._query_started.wait()
+            process(batch, batch_id)
+
+        return df.writeStream.foreachBatch(run)
+
     # ------------------------------------------------------------------ machinery
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
@@ -408,6 +419,7 @@ class StreamingJob(Job):
         query = self._step("start", writer.queryName(self.query_name).start)
         self.commits.writer_id = str(query.id)
         self.on_started(query)
+        self._query_started.set()
         return query
 
     def batch_rows(self, progress: BatchProgress) -> int:
