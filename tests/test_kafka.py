@@ -170,7 +170,7 @@ def test_a_continuous_run_recovers_from_a_broker_restart(
     try:
         running.wait_for("bronze.batch.committed", records=200)
         broker.stop()
-        time.sleep(8)  # several triggers with no broker
+        time.sleep(5)  # several triggers with no broker
         broker.start()
         broker.produce("orders-c", json_records([order(i) for i in range(200, 350)], 2))
         deadline = time.monotonic() + 180

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from framework.cli import main
 from tests.kafka_broker import free_port
 from tests.support import REPO, Lakehouse, medallion_cmd
 
@@ -35,7 +36,9 @@ def rows(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in lines if line.strip()]
 
 
-def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(lakehouse: Lakehouse) -> None:
+def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
+    lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
     port = free_port()
     gold, silver = lakehouse.schemas["gold"], lakehouse.schemas["silver"]
     server = subprocess.Popen([*medallion_cmd(), "serve", "--port", str(port)],
@@ -48,19 +51,15 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(lakehouse: Lakeho
             server.stderr.read() if server.stderr else "")
         url = f"jdbc:hive2://localhost:{port}/default"
 
-        # A second server on the same port is refused before it starts anything.
-        busy = subprocess.run([*medallion_cmd(), "serve", "--port", str(port)],
-                              env=lakehouse.cli_env(), cwd=REPO, capture_output=True,
-                              text=True, timeout=120)
-        assert busy.returncode == 2
+        # A second server on the same port, and one open to all without authentication, are
+        # refused before anything starts.
+        common = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+        assert main(["serve", "--port", str(port), *common]) == 2
+        assert main(["serve", "--host", "0.0.0.0", *common]) == 2
+        refused = capsys.readouterr().err
         assert f"expected port {port} on localhost free for the server, found it in use" \
-            in busy.stderr
-        # Without authentication, no address but loopback.
-        open_to_all = subprocess.run([*medallion_cmd(), "serve", "--host", "0.0.0.0"],
-                                     env=lakehouse.cli_env(), cwd=REPO, capture_output=True,
-                                     text=True, timeout=120)
-        assert open_to_all.returncode == 2
-        assert "expected authentication for a server listening on 0.0.0.0" in open_to_all.stderr
+            in refused
+        assert "expected authentication for a server listening on 0.0.0.0" in refused
 
         # A fact partitioned by store, a dimension, a mart view: through the server itself.
         fact = lakehouse.path("tables", "gold", "store_sales")
@@ -78,22 +77,24 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(lakehouse: Lakeho
               SELECT f.*, d.region FROM {gold}.store_sales f JOIN {silver}.stores d
               ON f.store_id = d.store_id;"""))
 
-        listed = rows(beeline(url, f"SHOW TABLES IN {gold}"))
-        assert sorted(line.split(",")[1] for line in listed) == ["regional_sales", "store_sales"]
-        described = rows(beeline(url, f"DESCRIBE TABLE EXTENDED {gold}.store_sales"))
-        assert any(line.startswith("Comment,Revenue per store") for line in described)
+        listed = rows(beeline(url, f"SHOW TABLES IN {gold}; "
+                                   f"DESCRIBE TABLE EXTENDED {gold}.store_sales"))
+        assert sorted(line.split(",")[1] for line in listed if line.startswith(f"{gold},")) \
+            == ["regional_sales", "store_sales"]
+        assert any(line.startswith("Comment,Revenue per store") for line in listed)
 
         query = (f"SELECT store_id, sum(revenue) AS revenue FROM {gold}.regional_sales "
                  "WHERE region = 'north' GROUP BY store_id ORDER BY store_id")
-        answer = rows(beeline(url, query))
+        answered = rows(beeline(url, f"{query}; EXPLAIN {query}"))
+        answer = answered[:2]
         assert answer == ["s0,900.0", "s10,1000.0"]
-        plan = "\n".join(rows(beeline(url, f"EXPLAIN {query}")))
-        assert "dynamicpruningexpression" in plan
+        assert "dynamicpruningexpression" in "\n".join(answered[2:])
 
+        # A query on a missing table fails clearly; the server answers the next one.
         missing = beeline(url, f"SELECT * FROM {gold}.no_such_table")
         assert missing.returncode != 0
         assert "TABLE_OR_VIEW_NOT_FOUND" in missing.stdout + missing.stderr
-        assert rows(beeline(url, "SELECT 1")) == ["1"]  # still up
+        assert rows(beeline(url, "SELECT 41 + 1")) == ["42"]
     finally:
         server.send_signal(signal.SIGTERM)
         try:
