@@ -37,6 +37,9 @@ Then the two roots must hold the same lake:
   ingested and where the root is;
 * bronze's rows per order id as many as the clean run's (``lost``, ``duplicated``);
 * landing drained, and the same files archived and quarantined;
+* the run history (``ops/runs``, which differs by run ids and times, so it is not compared
+  row for row) holding exactly one row per committed batch of every query, however often
+  the driver was killed: no batch without its row, none with two (``history_mismatches``);
 * the summaries' counts adding up: in every completed run, each silver table's rows in = rows
   written + duplicates + late + dropped + quarantined; over the clean runs, silver's rows in =
   bronze's rows.
@@ -315,8 +318,8 @@ def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
     from pyspark.sql import functions as F
 
     mismatched = []
-    tables = sorted(p.parent.relative_to(clean / "tables")
-                    for p in (clean / "tables").rglob("_delta_log"))
+    tables = sorted(t for p in (clean / "tables").rglob("_delta_log")
+                    if (t := p.parent.relative_to(clean / "tables")).parts[0] != "ops")
     for table in tables:
         a = spark.read.format("delta").load(str(clean / "tables" / table))
         try:
@@ -345,6 +348,31 @@ def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
             print(f"  mismatch in {folder}/: {sorted(set(have) ^ set(want))[:10]}", flush=True)
             mismatched.append(folder)
     return mismatched, int(totals["lost"] or 0), int(totals["dup"] or 0)
+
+
+def history_mismatches(spark: Any, root: Path) -> tuple[list[str], dict[str, int]]:
+    """Where the run history of the lake at ``root`` does not hold exactly one row per
+    committed batch of each query; and its rows per status."""
+    from pyspark.sql import functions as F
+
+    from framework.checkpoint import committed_batches, query_id
+
+    runs = spark.read.format("delta").load(str(root / "tables" / "ops" / "runs"))
+    statuses = {r["status"]: int(r["count"]) for r in runs.groupBy("status").count().collect()}
+    kept = runs.where(F.col("status") != "failed")
+    rows: dict[tuple[str, int], int] = {
+        (r["query_id"], int(r["batch_id"])): int(r["count"])
+        for r in kept.groupBy("query_id", "batch_id").count().collect()}
+    wrong = [f"query {q} batch {b}: {n} rows" for (q, b), n in sorted(rows.items()) if n > 1]
+    for commits in sorted((root / "_checkpoints").rglob("commits")):
+        checkpoint = str(commits.parent)
+        query = query_id(checkpoint)
+        for batch in sorted(committed_batches(checkpoint)):
+            if (query, batch) not in rows:
+                wrong.append(f"{commits.parent.relative_to(root)} batch {batch}: no row")
+    for line in wrong:
+        print(f"  history: {line}", flush=True)
+    return wrong, statuses
 
 
 def summary_mismatches(spark: Any, clean: Lake, chaos: Lake) -> list[str]:
@@ -472,12 +500,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()}
     mismatched, lost, duplicated = compare(spark, clean.root, chaos.root, names)
     summaries = summary_mismatches(spark, clean, chaos)
+    history, statuses = history_mismatches(spark, chaos.root)
     refused = sorted({m for log in work.glob("chaos-*.log")
                       for m in FAULT.findall(log.read_text(errors="replace"))})
     kills = [s for s in done if s.signal == "KILL"]
     terms = [s for s in done if s.signal == "TERM"]
     failed = [s for s in done if s.outcome == "failed"]
-    ok = not (mismatched or lost or duplicated or summaries or failed)
+    ok = not (mismatched or lost or duplicated or summaries or failed or history)
     if not ok:
         print(f"FAILED with seed {args.seed} (--faults {args.faults}); interruptions: "
               f"{[(s.phase, s.signal, s.at_s) for s in done]}; work folder {work}", flush=True)
@@ -489,6 +518,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "restarts": restarts, "operations_refused": len(refused), "lost": lost,
         "duplicated": duplicated,
         "mismatched_tables": mismatched, "summary_mismatches": summaries,
+        "history_mismatches": history, "history_rows": statuses,
         "phases_hit": sorted({s.phase for s in done}, key=ORDER.get),
         "missed": [s.phase for s in missed], "interruptions": [s.brief() for s in done],
         "seconds": round(time.perf_counter() - began, 1),

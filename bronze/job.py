@@ -228,6 +228,18 @@ class BronzeJob(StreamingJob):
         done = [b.records for b in self.batches if b.batch_id == progress.batch_id]
         return done[-1] if done else progress.input_rows
 
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        done = [b for b in self.batches if b.batch_id == progress.batch_id]
+        if not done:
+            return super().batch_figures(progress)
+        b = done[-1]
+        return {"rows_in": b.records, "rows_out": b.good, "quarantined": b.quarantined,
+                "files": b.files, "bytes": b.bytes}
+
+    def batch_seconds(self, batch_id: int) -> dict[str, float]:
+        done = [b.seconds for b in self.batches if b.batch_id == batch_id]
+        return done[-1] if done else {}
+
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
         """Append the batch's rows to ``table``, whose commit of this batch was looked for."""
         self.commits.append(df, self.locations[table], batch_id, checked=True)

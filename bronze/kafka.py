@@ -216,6 +216,18 @@ class StreamBronzeJob(StreamingJob):
         done = [b["records"] for b in self.batches if b["batch_id"] == progress.batch_id]
         return done[-1] if done else progress.input_rows
 
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        done = [b for b in self.batches if b["batch_id"] == progress.batch_id]
+        if not done:
+            return super().batch_figures(progress)
+        b = done[-1]
+        return {"rows_in": b["records"], "rows_out": b["records"] - b["quarantined"],
+                "quarantined": b["quarantined"]}
+
+    def batch_seconds(self, batch_id: int) -> dict[str, float]:
+        done = [b["seconds"] for b in self.batches if b["batch_id"] == batch_id]
+        return dict(done[-1]) if done else {}
+
     def _await(self, query: StreamingQuery) -> RunStatus:
         try:
             return super()._await(query)

@@ -59,6 +59,7 @@ class BatchCounts:
     good: int = 0
     quarantined: int = 0
     files: int = 0
+    bytes: int = 0
     failed_files: int = 0
     # Where the batch's time went: "write" (parsing and the bronze append), "quarantine",
     # "ledger" (rows per file read back from the batch's commits, the ledger append).
@@ -72,7 +73,8 @@ def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
     their rows in bronze (``good``) and in quarantine (``bad``); a file in ``failed`` was not
     read (its reason is its error)."""
     now = datetime.now(UTC).replace(tzinfo=None)
-    counts = BatchCounts(batch_id=batch_id, files=len(files))
+    counts = BatchCounts(batch_id=batch_id, files=len(files),
+                         bytes=sum(size for size, _ in files.values()))
     rows = []
     for path, (size, modified_ms) in files.items():
         n_good, n_bad = good.get(path, 0), bad.get(path, 0)

@@ -9,7 +9,9 @@ alternative: the last committed and planned batch ids (``commits/``, ``offsets/`
 the files, nothing in them) decide which batches a restart may replay, which no API says before
 the query starts; and :func:`batch_source_files` names the files of a file stream source's
 micro-batch, which the batch's DataFrame does not expose to ``foreachBatch`` (its
-``inputFiles()`` is empty there: the plan is an RDD of the batch's rows).
+``inputFiles()`` is empty there: the plan is an RDD of the batch's rows). The run history
+(:mod:`framework.history`) also lists ``commits/`` with the query's id (``metadata``), to find
+the committed batches whose row a stopped driver did not write.
 """
 
 from __future__ import annotations
@@ -39,6 +41,33 @@ def last_planned_batch(checkpoint: str, storage: Storage | None = None) -> int:
     committed ran, wholly or in part, before the query stopped: the next start runs it again.
     """
     return _last_logged(checkpoint.rstrip("/") + "/offsets", storage)
+
+
+def committed_batches(checkpoint: str, storage: Storage | None = None) -> dict[int, int]:
+    """The batch ids in the checkpoint's commit log (Spark keeps the last 100 by default), each
+    with its commit's modification time (ms since the epoch)."""
+    folder = checkpoint.rstrip("/") + "/commits"
+    store = storage or storage_for(folder)
+    if not store.exists(folder):
+        return {}
+    return {b: f.modified_ms for f in store.list_files(folder)
+            if (b := _batch_id(f.path.rsplit("/", 1)[-1])) is not None}
+
+
+def query_id(checkpoint: str, storage: Storage | None = None) -> str | None:
+    """The id of the query that writes this checkpoint (its ``metadata`` file, written at the
+    first start and kept across restarts), None before the first start."""
+    path = checkpoint.rstrip("/") + "/metadata"
+    store = storage or storage_for(path)
+    if not store.exists(path):
+        return None
+    with store.open(path) as fh:
+        text = fh.read().decode("utf-8").strip()
+    try:
+        value = json.loads(text.splitlines()[0]) if text else {}
+    except ValueError:
+        return None
+    return str(value["id"]) if isinstance(value, dict) and value.get("id") else None
 
 
 def last_reconciled_batch(checkpoint: str, storage: Storage | None = None, *,

@@ -35,11 +35,25 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from framework.checkpoint import last_committed_batch, last_planned_batch
+from framework.checkpoint import (
+    committed_batches,
+    last_committed_batch,
+    last_planned_batch,
+    query_id,
+)
 from framework.config.model import Layer, Table
 from framework.delta import BatchCommits
 from framework.errors import JobError, MedallionError, QueryFailedError, first_line
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
+from framework.history import (
+    FLUSH_SECONDS,
+    BatchStatus,
+    RunHistory,
+    batch_row,
+    executed,
+    recovered_rows,
+    run_row,
+)
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
@@ -207,11 +221,14 @@ class Job(ABC):
         # Set once the job may have written something: a failure after that still runs
         # ``finish``, which settles what was written.
         self.started = False
+        self.history = RunHistory(spark, table.env)
+        self.started_at = datetime.now(UTC)
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
         """Run the table's job to completion (or to a stop request) and summarise it."""
         began = time.monotonic()
+        self.started_at = datetime.now(UTC)
         summary = TableRunSummary(self.table.full_name, self.layer.value, RunStatus.SUCCEEDED)
         self.log.info("job.started", **self.describe())
         interrupted = False
@@ -250,6 +267,8 @@ class Job(ABC):
         # Spark counts a source's rows once per action on the batch; a job that reads the
         # batch more than once reports its own figure.
         summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
+        if not interrupted:
+            self._record(summary)
         summary.duration_s = time.monotonic() - began
         self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
                                          if k not in ("table", "layer")})
@@ -280,6 +299,30 @@ class Job(ABC):
         to the summary's columns; the rest is shown as counts."""
         return {}
 
+    def history_rows(self, summary: TableRunSummary) -> list[dict[str, Any]]:
+        """The run history's rows this run still has to write (:mod:`framework.history`); by
+        default one for the whole run."""
+        failed = summary.status is RunStatus.FAILED
+        return [run_row(run_id=self.ctx.run_id, table=self.table.full_name,
+                        layer=self.layer.value, trigger=self._trigger, started_at=self.started_at,
+                        status=BatchStatus.FAILED if failed else BatchStatus.COMMITTED,
+                        rows_out=None if failed else summary.rows_out, error=summary.error)]
+
+    def _record(self, summary: TableRunSummary) -> None:
+        """Append the run's rows to the run history; a failure is logged, not raised."""
+        try:
+            rows = self.history_rows(summary)
+            if rows:
+                self.history.ensure()
+                self.history.append(rows)
+        except Exception as exc:
+            self.log.warning("history.write_failed", table=self.history.name,
+                             error=first_line(exc))
+
+    @property
+    def _trigger(self) -> str:
+        return "continuous" if self.ctx.trigger.continuous else "availableNow"
+
     def _step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``; a failure becomes a :class:`JobError` naming the table and step."""
         try:
@@ -309,16 +352,44 @@ class StreamingJob(Job):
         # The executed micro-batches' progress, once the query has ended (see ``report``).
         self.progress: list[BatchProgress] = []
         self._query_started = threading.Event()  # see foreach_batch
+        # The run history's rows of the batches reported and not yet appended
+        self._batch_rows: list[dict[str, Any]] = []
+        self._rows_made: set[int] = set()
+        self._rows_lock = threading.Lock()
+        self._flushed_at = time.monotonic()
+        self.query_id: str | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"trigger": "continuous" if self.ctx.trigger.continuous else "availableNow"}
+        return {"trigger": self._trigger}
 
     def prepare(self) -> None:
-        """Create the layer's schema and find the batches a restart may replay."""
+        """Create the layer's schema and find the batches a restart may replay; append the
+        run history's rows of committed batches that have none (a stopped driver's)."""
         super().prepare()
         checkpoint = self.table.checkpoint
         self.commits.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
                                         last_planned_batch(checkpoint, self.files) + 1)
+        self._recover_history()
+
+    def _recover_history(self) -> None:
+        try:
+            self.query_id = query_id(self.table.checkpoint, self.files)
+            committed = committed_batches(self.table.checkpoint, self.files) \
+                if self.query_id else {}
+            if not committed or self.query_id is None:
+                return
+            self.history.ensure()
+            recorded = self.history.recorded_batches(self.query_id)
+            missing = {b: ms for b, ms in committed.items() if b not in recorded}
+            if missing:
+                self.history.append(recovered_rows(self.table.full_name, self.layer.value,
+                                                   self.query_id, missing))
+                self.log.warning("history.recovered", batches=sorted(missing),
+                                 reason="committed before the driver stopped, without their "
+                                        "run history rows")
+        except Exception as exc:
+            self.log.warning("history.write_failed", table=self.history.name,
+                             error=first_line(exc))
 
     def execute(self) -> RunStatus:
         """Read, transform and write as one streaming query, and wait for it to end."""
@@ -334,6 +405,8 @@ class StreamingJob(Job):
 
     def report(self, summary: TableRunSummary) -> None:
         self.progress = self._collect(self.query)
+        for p in self.progress:  # a report the listener's hook did not see
+            self._on_progress(p, hooks=False)
         summary.batches = len(self.progress)
         if self.progress:
             summary.first_batch = self.progress[0].batch_id
@@ -415,9 +488,9 @@ class StreamingJob(Job):
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
-        self.listener.register(self.query_name, self.log, self.batch_rows, self.on_batch)
+        self.listener.register(self.query_name, self.log, self.batch_rows, self._on_progress)
         query = self._step("start", writer.queryName(self.query_name).start)
-        self.commits.writer_id = str(query.id)
+        self.commits.writer_id = self.query_id = str(query.id)
         self.on_started(query)
         self._query_started.set()
         return query
@@ -434,6 +507,77 @@ class StreamingJob(Job):
         """Called with each micro-batch's progress, on the listener's thread; nothing by
         default."""
 
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        """The job's figures of a batch for the run history (keys of
+        :data:`framework.history.FIGURES`): by default the rows read, and the rows written
+        through :meth:`delta_sink`."""
+        figures: dict[str, int | None] = {"rows_in": self.batch_rows(progress)}
+        if self._observation in progress.observed:
+            figures["rows_out"] = self.sink_rows([progress])
+        return figures
+
+    def batch_seconds(self, batch_id: int) -> dict[str, float]:
+        """Seconds per step of the job's own in a batch, for the run history; none by
+        default."""
+        return {}
+
+    def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
+        """A batch's progress: its run history row, then :meth:`on_batch`."""
+        try:
+            with self._rows_lock:
+                new = executed(progress) and progress.batch_id not in self._rows_made
+                if new:
+                    self._rows_made.add(progress.batch_id)
+            if new:
+                row = batch_row(run_id=self.ctx.run_id, table=self.table.full_name,
+                                layer=self.layer.value, query_id=self.query_id,
+                                trigger=self._trigger, progress=progress,
+                                figures=self.batch_figures(progress),
+                                seconds=self.batch_seconds(progress.batch_id))
+                with self._rows_lock:
+                    self._batch_rows.append(row)
+        finally:
+            if hooks:
+                self.on_batch(progress)
+
+    def _flush_history(self) -> None:
+        """Append the rows of the batches reported so far, at most every FLUSH_SECONDS while
+        the query runs; a failed append keeps them for the next."""
+        if time.monotonic() - self._flushed_at < FLUSH_SECONDS:
+            return
+        self._flushed_at = time.monotonic()
+        with self._rows_lock:
+            rows = list(self._batch_rows)
+        if not rows:
+            return
+        try:
+            self.history.ensure()
+            self.history.append(rows)
+        except Exception as exc:
+            self.log.warning("history.write_failed", table=self.history.name,
+                             error=first_line(exc))
+            return
+        with self._rows_lock:
+            del self._batch_rows[:len(rows)]
+
+    def history_rows(self, summary: TableRunSummary) -> list[dict[str, Any]]:
+        """The rows of the batches not appended yet, and one for a failed run (for the batch
+        in flight, when one was planned)."""
+        with self._rows_lock:
+            rows = list(self._batch_rows)
+            self._batch_rows.clear()
+        if summary.status is RunStatus.FAILED:
+            checkpoint = self.table.checkpoint
+            planned = last_planned_batch(checkpoint, self.files)
+            in_flight = planned if planned > last_committed_batch(checkpoint, self.files) \
+                else None
+            rows.append(run_row(run_id=self.ctx.run_id, table=self.table.full_name,
+                                layer=self.layer.value, trigger=self._trigger,
+                                started_at=self.started_at, status=BatchStatus.FAILED,
+                                query_id=self.query_id, batch_id=in_flight,
+                                error=summary.error))
+        return rows
+
     def _await(self, query: StreamingQuery) -> RunStatus:
         while True:
             if self.ctx.stop.is_set():
@@ -442,6 +586,7 @@ class StreamingJob(Job):
             try:
                 if query.awaitTermination(0.25):  # type: ignore[arg-type] # seconds, float ok
                     return RunStatus.SUCCEEDED
+                self._flush_history()
             except StreamingQueryException as exc:
                 reason = self.batch_error or first_line(exc)
                 raise QueryFailedError(self.table.full_name, "stream", reason) from exc

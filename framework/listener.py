@@ -46,6 +46,8 @@ class BatchProgress:
     # A Kafka source's offsets per topic and partition, at the batch's start and end
     start_offsets: dict[str, dict[str, int]] | None = None
     end_offsets: dict[str, dict[str, int]] | None = None
+    timestamp: str | None = None  # the trigger's start, ISO 8601 in UTC
+
 
     @classmethod
     def from_progress(cls, p: Any) -> BatchProgress:
@@ -66,6 +68,7 @@ class BatchProgress:
             observed=observed,
             start_offsets=_partition_offsets(p.sources, "startOffset"),
             end_offsets=_partition_offsets(p.sources, "endOffset"),
+            timestamp=p.timestamp,
         )
 
     def event_fields(self) -> dict[str, Any]:

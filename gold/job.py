@@ -121,6 +121,7 @@ class AggregateJob(StreamingJob):
         super().__init__(*args, **kwargs)
         self.spec = cast(AggregateSpec, self.table.spec)
         self.merged: dict[str, int] = {"inserted": 0, "updated": 0}
+        self.merged_by_batch: dict[int, int] = {}  # windows inserted or updated
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
@@ -152,6 +153,12 @@ class AggregateJob(StreamingJob):
                              reason="the batch spans more event time than the watermark: "
                                     "rows it read more than the watermark behind its newest "
                                     "were counted because they came in the same batch")
+
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        figures = super().batch_figures(progress)
+        if progress.batch_id in self.merged_by_batch:
+            figures["rows_out"] = self.merged_by_batch[progress.batch_id]
+        return figures
 
     def finish(self) -> dict[str, int]:
         progress = self.progress
@@ -206,5 +213,6 @@ class AggregateJob(StreamingJob):
         updated = int(metrics.get("num_updated_rows", 0))
         self.merged["inserted"] += inserted
         self.merged["updated"] += updated
+        self.merged_by_batch[batch_id] = inserted + updated
         self.log.info("gold.batch.merged", batch_id=batch_id, windows_inserted=inserted,
                       windows_updated=updated)

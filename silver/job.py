@@ -52,6 +52,7 @@ from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
+from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
 from silver.spec import (
     Action,
@@ -172,6 +173,7 @@ class SilverJob(StreamingJob):
         self.rule_totals: Counter[str] = Counter()
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
+        self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
         # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
         # the query writes through Delta's streaming sink, which is exactly-once by itself, and
         # counts its rows with an observed metric instead of a Python call per batch. A table
@@ -337,8 +339,10 @@ class SilverJob(StreamingJob):
         written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
-        self.totals.update(records=metrics["records"], written=written,
-                           quarantined=metrics["quarantined"], dropped=metrics["dropped"])
+        counted = {"records": metrics["records"], "written": written,
+                   "quarantined": metrics["quarantined"], "dropped": metrics["dropped"]}
+        self.batch_counts[batch_id] = counted
+        self.totals.update(counted)
         self.rule_totals.update(rule_counts)
         event = log.warning if any(rule_counts.values()) else log.info
         event("silver.batch.committed", records=metrics["records"], rows_written=written,
@@ -395,6 +399,17 @@ class SilverJob(StreamingJob):
          .whenMatchedUpdateAll(condition=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
          .whenNotMatchedInsertAll()
          .execute())
+
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        figures = super().batch_figures(progress)
+        counted = self.batch_counts.get(progress.batch_id)
+        records = counted["records"] if counted else figures.get("rows_out")
+        if counted:
+            figures |= {"rows_out": counted["written"], "quarantined": counted["quarantined"]}
+        if self.spec.dedup and records is not None:
+            figures["duplicates_dropped"] = \
+                progress.input_rows - progress.rows_dropped_by_watermark - records
+        return figures
 
     # ------------------------------------------------------------------ after the query
     def finish(self) -> dict[str, int]:

@@ -26,7 +26,7 @@ class Lakehouse:
         self.conf = base / "conf"
         self.root = base / "lakehouse"
         suffix = uuid.uuid4().hex[:8]
-        self.schemas = {layer: f"{layer}_{suffix}" for layer in ("bronze", "silver", "gold")}
+        self.schemas = {layer: f"{layer}_{suffix}" for layer in ("bronze", "silver", "gold", "ops")}
         self.env_name = "test"
         self.write_env()
 
@@ -215,3 +215,13 @@ def write_delta_commits(spark: Any, location: str, commits: Sequence[Sequence[tu
 def silver_spec(**spec: Any) -> dict[str, Any]:
     return {"description": "test silver orders",
             "source": {"table": "orders", "max_files_per_trigger": 1}, **spec}
+
+
+def run_history(spark: Any, lakehouse: Lakehouse, table: str | None = None) -> list[Any]:
+    """The rows of the lakehouse's run history (of ``table``, a catalog name), by batch."""
+    from pyspark.sql import functions as F
+
+    runs = spark.read.format("delta").load(str(lakehouse.path("tables", "ops", "runs")))
+    if table is not None:
+        runs = runs.where(F.col("table") == table)
+    return runs.orderBy("batch_id", "recorded_at").collect()

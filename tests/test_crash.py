@@ -30,4 +30,7 @@ def test_kills_in_bronze_silver_and_gold_on_a_faulty_store_lose_nothing(
     assert result["operations_refused"] > 0, result  # the store did refuse moves
     assert result["lost"] == 0 and result["duplicated"] == 0, result
     assert result["mismatched_tables"] == [] and result["summary_mismatches"] == [], result
+    # one run history row per committed batch of every query, kills or not
+    assert result["history_mismatches"] == [], result
+    assert result["history_rows"]["committed"] > 0, result
     assert result["ratio"] == 1.0

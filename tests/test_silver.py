@@ -15,7 +15,13 @@ from framework.config.model import Layer
 from framework.errors import ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from silver.job import SilverJob
-from tests.support import Lakehouse, bronze_spec, silver_spec, write_delta_commits
+from tests.support import (
+    Lakehouse,
+    bronze_spec,
+    run_history,
+    silver_spec,
+    write_delta_commits,
+)
 
 BASE = datetime(2026, 11, 1, 8, 0, 0)
 
@@ -83,6 +89,20 @@ def test_dedup_drops_duplicates_within_the_delay_counts_late_rows_and_state_leve
     assert max(states) <= 120 < 240
     assert max(states[8:]) <= max(states[4:8])
 
+    # The run history: one row per batch, whose figures add up to the summary's
+    rows = run_history(spark, lakehouse, job.table.full_name)
+    assert [r["batch_id"] for r in rows] == list(range(summary.batches))
+    assert {(r["status"], r["run_id"], r["layer"], r["trigger"]) for r in rows} == {
+        ("committed", job.ctx.run_id, "silver", "availableNow")}
+    assert sum(r["rows_in"] for r in rows) == summary.rows_in
+    assert sum(r["rows_out"] for r in rows) == summary.rows_out == 240
+    assert sum(r["duplicates_dropped"] for r in rows) == 55
+    assert sum(r["late_dropped"] for r in rows) == 3
+    assert [r["state_rows"] for r in rows] == states
+    assert all(r["started_at"] <= r["ended_at"] and r["durations_ms"]["addBatch"] >= 0
+               for r in rows)
+    assert rows[-1]["watermark"] is not None and rows[-1]["error"] is None
+
 
 def test_expectations_split_every_row_into_good_dropped_and_quarantined(
     spark: SparkSession, lakehouse: Lakehouse
@@ -140,6 +160,11 @@ def test_a_fail_rule_stops_the_query_before_its_batch_commits(
     assert "sane_quantity" in (summary.error or "")
     kept = sorted(r[0] for r in silver_df(spark, lakehouse).select("order_id").collect())
     assert kept == [f"a{i}" for i in range(5)]  # nothing of the failed batch
+    # The run history: batch 0's row, and the failure, for batch 1 (in flight), with its error
+    rows = run_history(spark, lakehouse, lakehouse.project().table("orders", Layer.SILVER)
+                       .full_name)
+    assert [(r["batch_id"], r["status"]) for r in rows] == [(0, "committed"), (1, "failed")]
+    assert "sane_quantity" in rows[1]["error"] and rows[0]["rows_out"] == 5
 
 
 def test_partitioned_table_has_partition_folders_and_a_filter_prunes(

@@ -64,11 +64,13 @@ class AzureStorage(Model):
 
 
 class LayerSchemas(Model):
-    """The catalog schema (database) of each layer."""
+    """The catalog schema (database) of each layer, and of the operations tables (the run
+    history, ``<ops>.runs``)."""
 
     bronze: Identifier = "bronze"
     silver: Identifier = "silver"
     gold: Identifier = "gold"
+    ops: Identifier = "ops"
 
     def of(self, layer: Layer) -> str:
         return str(getattr(self, layer.value))

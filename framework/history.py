@@ -1,0 +1,208 @@
+"""The run history: one row per micro-batch per table, in the Delta table
+``<catalog>.<ops schema>.runs`` (at ``<root>/tables/ops/runs``).
+
+Every streaming job writes it, whatever the runtime (Databricks, spark-submit, local), from its
+query's progress reports (:mod:`framework.listener`): the rows are built as the reports arrive
+and appended by the driver's main thread while it waits for the query (at most every
+:data:`FLUSH_SECONDS`), and once more when the run ends. A mart build, which has no
+micro-batches, writes one row per build.
+
+Exactly once under replay, with nothing but appends:
+
+- Spark reports a batch's progress once, after the batch's commit to the checkpoint. A batch
+  that was planned but not committed when the driver stopped is run again by the next start,
+  which reports it then; the run before wrote no row for it.
+- What a stopped driver can leave undone is the append of the rows of batches it had
+  committed. Each start of a table's query lists the checkpoint's committed batches (with the
+  query's id, kept in the checkpoint) and appends a row with status ``recovered`` for each
+  that has none. Its figures went with the driver (they are null); its end is the commit's
+  time.
+
+A run that fails writes one more row with status ``failed`` and its error, for the batch in
+flight when one was planned. It is not that batch's row: the batch gets its own when it
+commits. Writing the history never fails a job: an append that fails is logged
+(``history.write_failed``) and retried with the next, and what is still missing when the
+driver ends is recovered by the next start.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from framework.config.model import Environment
+from framework.delta import create_table, literal_rows
+from framework.identifiers import quote_name
+from framework.listener import BatchProgress
+
+# Appends while a query runs are at least this far apart: each is a Delta commit.
+FLUSH_SECONDS = 10.0
+
+RUNS_SCHEMA = StructType([
+    StructField("run_id", StringType(), metadata={"comment": "The run (null: recovered)"}),
+    StructField("table", StringType(), False, {"comment": "catalog.schema.table"}),
+    StructField("layer", StringType(), False, {"comment": "bronze, silver or gold"}),
+    StructField("query_id", StringType(), metadata={
+        "comment": "The streaming query's id, kept in its checkpoint"}),
+    StructField("batch_id", LongType(), metadata={"comment": "The micro-batch"}),
+    StructField("trigger", StringType(), metadata={"comment": "availableNow or continuous"}),
+    StructField("status", StringType(), False, {
+        "comment": "committed, recovered (its row was lost with a stopped driver) or failed"}),
+    StructField("started_at", TimestampType(), metadata={"comment": "Trigger start (UTC)"}),
+    StructField("ended_at", TimestampType(), metadata={"comment": "Batch end (UTC)"}),
+    StructField("rows_in", LongType(), metadata={"comment": "Rows read"}),
+    StructField("rows_out", LongType(), metadata={"comment": "Rows written to the table"}),
+    StructField("quarantined", LongType(), metadata={"comment": "Rows quarantined"}),
+    StructField("duplicates_dropped", LongType(), metadata={"comment": "Duplicates dropped"}),
+    StructField("late_dropped", LongType(), metadata={
+        "comment": "Rows (or state groups) dropped behind the watermark"}),
+    StructField("files", LongType(), metadata={"comment": "Landing files read"}),
+    StructField("bytes", LongType(), metadata={"comment": "Bytes of the landing files read"}),
+    StructField("state_rows", LongType(), metadata={"comment": "Rows in the query's state"}),
+    StructField("watermark", TimestampType(), metadata={"comment": "Event-time watermark"}),
+    StructField("durations_ms", MapType(StringType(), LongType()), metadata={
+        "comment": "Milliseconds per step: Spark's (addBatch, walCommit...) and the job's"}),
+    StructField("error", StringType(), metadata={"comment": "Why the run failed"}),
+    StructField("recorded_at", TimestampType(), metadata={"comment": "When the row was written"}),
+])
+
+# The figures a job gives for one of its batches (others are Spark's).
+FIGURES = ("rows_in", "rows_out", "quarantined", "duplicates_dropped", "files", "bytes")
+
+
+class BatchStatus(StrEnum):
+    """What a row of the run history records."""
+
+    COMMITTED = "committed"
+    RECOVERED = "recovered"
+    FAILED = "failed"
+
+
+def executed(progress: BatchProgress) -> bool:
+    """Whether a progress report is of a batch that ran (an idle trigger reports one too)."""
+    return "addBatch" in progress.duration_ms or progress.input_rows > 0
+
+
+def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trigger: str,
+              progress: BatchProgress, figures: Mapping[str, int | None],
+              seconds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The row of a committed batch: Spark's figures, the job's (``figures``, keys of
+    :data:`FIGURES`) and the job's own steps (``seconds``), in milliseconds with Spark's."""
+    started = _instant(progress.timestamp)
+    total_ms = progress.duration_ms.get("triggerExecution")
+    ended = datetime.fromtimestamp(started.timestamp() + total_ms / 1000, UTC) \
+        if started is not None and total_ms is not None else None
+    watermark = _instant(progress.watermark)
+    durations = dict(progress.duration_ms) | {
+        step: round(s * 1000) for step, s in (seconds or {}).items()}
+    return _row(run_id=run_id, table=table, layer=layer, query_id=query_id,
+                batch_id=progress.batch_id, trigger=trigger, status=BatchStatus.COMMITTED,
+                started_at=started, ended_at=ended,
+                rows_in=figures.get("rows_in", progress.input_rows),
+                late_dropped=progress.rows_dropped_by_watermark,
+                state_rows=progress.state_rows,
+                watermark=watermark if watermark and watermark.timestamp() > 0 else None,
+                durations_ms=durations,
+                **{k: figures.get(k) for k in FIGURES if k != "rows_in"})
+
+
+def recovered_rows(table: str, layer: str, query_id: str,
+                   committed: Mapping[int, int]) -> list[dict[str, Any]]:
+    """The rows of committed batches (id -> commit time in ms) whose own rows were lost."""
+    return [_row(table=table, layer=layer, query_id=query_id, batch_id=b,
+                 status=BatchStatus.RECOVERED,
+                 ended_at=datetime.fromtimestamp(ms / 1000, UTC) if ms else None)
+            for b, ms in sorted(committed.items())]
+
+
+def run_row(*, run_id: str, table: str, layer: str, trigger: str, status: BatchStatus,
+            started_at: datetime, query_id: str | None = None, batch_id: int | None = None,
+            rows_out: int | None = None, error: str | None = None) -> dict[str, Any]:
+    """A row for a whole run: a mart build, or a run that failed (``batch_id``: the batch in
+    flight, if one was planned)."""
+    return _row(run_id=run_id, table=table, layer=layer, trigger=trigger, status=status,
+                started_at=started_at, ended_at=datetime.now(UTC), query_id=query_id,
+                batch_id=batch_id, rows_out=rows_out, error=error)
+
+
+def _row(**values: Any) -> dict[str, Any]:
+    row = dict.fromkeys(RUNS_SCHEMA.names) | values
+    row["status"] = str(row["status"])
+    row["recorded_at"] = datetime.now(UTC)
+    return row
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An ISO-8601 instant as Spark reports it (``2026-01-01T00:00:00.000Z``)."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+class RunHistory:
+    """The environment's run history table: created on first use, appended to, read."""
+
+    _ready: set[str] = set()  # locations created in this process
+    _lock = threading.Lock()
+
+    def __init__(self, spark: SparkSession, env: Environment) -> None:
+        self.spark = spark
+        self.schema = f"{env.catalog}.{env.schemas.ops}"
+        self.name = f"{self.schema}.runs"
+        self.location = env.path("tables", "ops", "runs")
+
+    def exists(self) -> bool:
+        return bool(self.spark.catalog.tableExists(self.name))
+
+    def ensure(self) -> None:
+        """Create the schema and table unless this process did already (idempotent; another
+        driver creating it at the same moment is not an error)."""
+        with self._lock:
+            if self.location in self._ready:
+                return
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote_name(self.schema)}")
+            try:
+                create_table(self.spark, self.name, RUNS_SCHEMA, self.location,
+                             comment="One row per micro-batch per table: what it read, wrote, "
+                                     "quarantined and dropped, and how long it took")
+            except Exception:
+                if not self.exists():
+                    raise
+            self._ready.add(self.location)
+
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``rows`` (dicts of :data:`RUNS_SCHEMA`'s columns) in one commit."""
+        if not rows:
+            return
+        values = [[row.get(name) for name in RUNS_SCHEMA.names] for row in rows]
+        df = literal_rows(self.spark, values, RUNS_SCHEMA)
+        df.write.format("delta").mode("append").save(self.location)
+
+    def recorded_batches(self, query_id: str) -> set[int]:
+        """The batches of the query that have their row (committed or recovered)."""
+        rows = (self.read().where((F.col("query_id") == query_id)
+                                  & (F.col("status") != BatchStatus.FAILED.value)
+                                  & F.col("batch_id").isNotNull())
+                .select("batch_id").distinct().collect())
+        return {int(r["batch_id"]) for r in rows}
+
+    def read(self) -> DataFrame:
+        return self.spark.read.format("delta").load(self.location)
+
