@@ -16,6 +16,10 @@ $(STAMP): setup.cfg pyproject.toml deploy/yarn/pom.xml deploy/kafka/pom.xml
 	$(BIN)/python -m framework.session   # resolve and cache Delta's jars from Maven Central
 	deploy/yarn/minicluster.sh resolve   # and the YARN + HDFS test cluster's (Maven)
 	deploy/kafka/broker.sh resolve       # and the Kafka test broker's (Maven)
+	@# Debian's Chromium, for the browser test of 'medallion report' (as root, or already there)
+	@command -v chromium >/dev/null 2>&1 || apt-get install -y -qq chromium >/dev/null \
+	  || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+	  || echo "warning: chromium is not installed (apt-get install chromium): the report's browser test will fail"
 	touch $(STAMP)
 
 demo: setup

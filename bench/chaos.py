@@ -359,7 +359,7 @@ def history_mismatches(spark: Any, root: Path) -> tuple[list[str], dict[str, int
 
     runs = spark.read.format("delta").load(str(root / "tables" / "ops" / "runs"))
     statuses = {r["status"]: int(r["count"]) for r in runs.groupBy("status").count().collect()}
-    kept = runs.where(F.col("status") != "failed")
+    kept = runs.where((F.col("status") != "failed") & F.col("batch_id").isNotNull())
     rows: dict[tuple[str, int], int] = {
         (r["query_id"], int(r["batch_id"])): int(r["count"])
         for r in kept.groupBy("query_id", "batch_id").count().collect()}

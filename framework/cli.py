@@ -102,6 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port (default: $MEDALLION_SERVE_PORT or 10000)")
     p.set_defaults(handler=cmd_serve)
 
+    p = sub.add_parser("report", parents=[common], help="write an HTML report with plots",
+                       description="Write one self-contained HTML page from the run history "
+                       "(<ops schema>.runs): rows per batch and throughput, quarantine, "
+                       "duplicate and late rates, state rows, over time; the landing backlog; "
+                       "the last failures; each table's freshness.")
+    p.add_argument("--out", default="report.html", metavar="PATH",
+                   help="the page to write (default report.html)")
+    p.add_argument("--since", default="7d", metavar="PERIOD",
+                   help="the period shown, such as 30m, 12h, 7d or 2w (default 7d)")
+    p.set_defaults(handler=cmd_report)
+
     p = sub.add_parser("optimize", parents=[common], help="compact and lay out a Delta table",
                        description="OPTIMIZE a configured Delta table: a clustered table "
                        "(cluster_by) is laid out by its clustering columns; with --zorder a "
@@ -253,6 +264,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from framework.serve import serve
 
     serve(project_of(args), args.host, args.port)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from framework.report import parse_since, write_report
+
+    since = parse_since(args.since)
+    project = project_of(args)
+    report = write_report(spark_for(project, "medallion-report"), project, Path(args.out),
+                          since)
+    print(f"wrote {report.path}: {report.batches} batches of {report.tables} table(s), "
+          f"{report.failures} failure(s), {len(report.plots)} plots, over the last "
+          f"{args.since}")
     return EXIT_OK
 
 

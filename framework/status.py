@@ -8,6 +8,7 @@ its rows and no version, a table that is not Delta (a bucketed parquet table) wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -32,6 +33,7 @@ class TableStatus:
     skipped: tuple[str, ...] = ()
     # A table fed by Kafka: per topic and partition, the offset reached, the latest, the lag
     offsets: tuple[dict[str, Any], ...] = ()
+    last_commit: datetime | None = None  # of a Delta table (naive: the local time)
 
     @property
     def exists(self) -> bool:
@@ -39,13 +41,14 @@ class TableStatus:
 
 
 def table_status(spark: SparkSession, table: Table) -> TableStatus:
-    kind, rows, version = "missing", None, None
+    kind, rows, version, last_commit = "missing", None, None, None
     if spark.catalog.tableExists(table.full_name):
         kind = _kind(spark, table.full_name)
         rows = spark.table(table.full_name).count()
         if kind == "delta":
             history = spark.sql(f"DESCRIBE HISTORY {quote_name(table.full_name)} LIMIT 1").collect()
             version = int(history[0]["version"]) if history else None
+            last_commit = history[0]["timestamp"] if history else None
     batch = last_committed_batch(table.checkpoint, storage_for(table.checkpoint, table.env,
                                                                spark))
     pending = pending_bytes = None
@@ -61,7 +64,7 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
         skipped = ()
     offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
     return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
-                       pending, pending_bytes, skipped, tuple(offsets or ()))
+                       pending, pending_bytes, skipped, tuple(offsets or ()), last_commit)
 
 
 def _hidden(path: str) -> bool:
