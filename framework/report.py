@@ -95,18 +95,26 @@ def render(rows: Sequence[Mapping[str, Any]], states: Sequence[TableStatus], *, 
            since: timedelta, env: str, history_table: str) -> str:
     """The page: the plots of ``rows`` (the history's, times in UTC) and of ``states``."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
     from plotly.offline import get_plotlyjs
 
     batches = [r for r in rows if r["status"] != "failed" and r["ended_at"] is not None]
+    # one colour per table on every plot
+    palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+    names = sorted({r["table"] for r in rows} | {s.table for s in states})
+    colors = {t: palette[i % len(palette)] for i, t in enumerate(names)}
+
+    def lines(value: Any, percent: bool = False) -> Any:
+        return _lines(go, batches, value, colors, percent)
+
     figures: dict[str, Any] = {
-        "rows-per-batch": _lines(go, batches, lambda r: r["rows_out"]),
-        "throughput": _lines(go, batches, _throughput),
-        "quarantine-rate": _lines(go, batches, lambda r: _rate(r, "quarantined"), percent=True),
-        "duplicate-rate": _lines(go, batches, lambda r: _rate(r, "duplicates_dropped"),
-                                 percent=True),
-        "late-rate": _lines(go, batches, lambda r: _rate(r, "late_dropped"), percent=True),
+        "rows-per-batch": lines(lambda r: r["rows_out"]),
+        "throughput": lines(_throughput),
+        "quarantine-rate": lines(lambda r: _rate(r, "quarantined"), percent=True),
+        "duplicate-rate": lines(lambda r: _rate(r, "duplicates_dropped"), percent=True),
+        "late-rate": lines(lambda r: _rate(r, "late_dropped"), percent=True),
         "backlog": _backlog(go, states),
-        "state-rows": _lines(go, batches, lambda r: r["state_rows"] or None),
+        "state-rows": lines(lambda r: r["state_rows"] or None),
     }
     parts = []
     for plot_id, title in PLOTS.items():
@@ -150,7 +158,7 @@ td.num { text-align: right; } .stale { color: #b00; } .note { color: #555; }
 """
 
 
-def _lines(go: Any, rows: Iterable[Mapping[str, Any]], value: Any,
+def _lines(go: Any, rows: Iterable[Mapping[str, Any]], value: Any, colors: Mapping[str, str],
            percent: bool = False) -> Any:
     """One line per table: ``value(row)`` over the batches' end times (None: left out)."""
     fig = go.Figure()
@@ -163,7 +171,8 @@ def _lines(go: Any, rows: Iterable[Mapping[str, Any]], value: Any,
         points.sort()
         # plotly.js reads a date without its offset: the times are given in UTC, naive
         fig.add_trace(go.Scatter(x=[p[0].replace(tzinfo=None) for p in points],
-                                 y=[p[1] for p in points], mode="lines+markers", name=table))
+                                 y=[p[1] for p in points], mode="lines+markers", name=table,
+                                 line={"color": colors.get(table)}))
     if percent:
         fig.update_yaxes(tickformat=".1%")
     return fig
@@ -211,7 +220,7 @@ def _freshness(states: Sequence[TableStatus], batches: Sequence[Mapping[str, Any
         b = last.get(s.table)
         rows.append([s.table, s.kind, f"{commit:%Y-%m-%d %H:%M:%S}" if commit else "",
                      age, "" if s.rows is None else f"{s.rows:,}",
-                     "" if b is None else str(b["batch_id"]),
+                     "" if b is None or b["batch_id"] is None else str(b["batch_id"]),
                      "" if b is None else b["status"]])
     head = ["table", "kind", "last commit (UTC)", "since", "rows", "last batch", "status"]
     return _table(head, rows, numeric={4, 5})

@@ -15,7 +15,7 @@ from tests.minicluster import minicluster
 from tests.support import Lakehouse
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
-LONG = ("test_crash", "test_readme", "test_lifecycle", "test_demo", "test_kafka",
+LONG = ("test_crash", "test_readme", "test_lifecycle", "test_kafka", "test_report",
         "test_serve")  # a minute or more each
 
 

@@ -1,9 +1,15 @@
 """The README's quickstart, command by command, as a new user runs it from the repository (its
-own conf/, the local default), on a small demo feed: every command must exit 0 (the demo's
-second run, its last, is tests/test_demo.py's)."""
+own conf/, the local default), on a reduced demo feed. Every command must exit 0, and the
+demo's figures must hold:
+
+* its summary reconciles exactly with the generated feed (every line in bronze or its
+  quarantine; silver = bronze - duplicates - late rows - quarantined);
+* gold equals an independent batch computation over silver, and the mart's query prunes;
+* the quickstart's last command, the demo run again, changes no table."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -11,6 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from tests.support import REPO
 
@@ -27,22 +36,101 @@ def quickstart() -> list[list[str]]:
     return [c for c in commands if c]
 
 
-def test_every_quickstart_command_exits_0(tmp_path: Path) -> None:
+def _row_counts(spark: SparkSession, root: Path) -> dict[str, int]:
+    """Rows of every Delta table the demo writes, companions (quarantine, file ledger)
+    included; not the run history, which records every run."""
+    return {str(log.parent.relative_to(root)):
+            spark.read.format("delta").load(str(log.parent)).count()
+            for log in sorted((root / "tables").rglob("_delta_log"))
+            if log.parent.relative_to(root / "tables").parts[0] != "ops"}
+
+
+def test_every_quickstart_command_exits_0_and_the_demo_reconciles(
+        spark: SparkSession, tmp_path: Path) -> None:
     commands = quickstart()
     assert commands[0] == ["make", "demo"] and ["make", "demo"] not in commands[1:]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(tmp_path / "lakehouse"), MEDALLION_DEMO_ORDERS="300",
-               MEDALLION_DEMO_FILES="30")
-    outputs = {}
-    # The last command runs the demo again, as `make demo` did: what a second run must do
-    # (change nothing) is asserted by tests/test_demo.py.
     assert commands[-1] == [".venv/bin/medallion", "demo"]
-    for command in commands[:-1]:
+    root, summary_path = tmp_path / "lakehouse", tmp_path / "summary.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(MEDALLION_ROOT=str(root), MEDALLION_DEMO_ORDERS="2400",
+               MEDALLION_DEMO_FILES="30", MEDALLION_DEMO_SUMMARY=str(summary_path))
+    outputs: dict[str, str] = {}
+    before: dict[str, int] = {}
+    for i, command in enumerate(commands):
+        if i == len(commands) - 1:  # the demo again: what it must not change
+            before = _row_counts(spark, root)
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=900)
         assert done.returncode == 0, f"{shlex.join(command)} exited {done.returncode}:\n" \
                                      f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         outputs[shlex.join(command)] = done.stdout
+        if i == 0:
+            _check_the_demo(spark, root, json.loads(summary_path.read_text()), done.stdout)
+
     status = outputs[".venv/bin/medallion status"]
     assert "spark_catalog.gold.regional_sales | view" in status  # a mart is a view
     assert "spark_catalog.silver.orders" in status and "(8 rows)" in status
+
+    # the second run adds nothing and loses nothing
+    again = json.loads(summary_path.read_text())
+    assert not again["feed"]["generated_now"]
+    assert all(t["added"] == 0 for tables in again["layers"].values() for t in tables.values())
+    assert _row_counts(spark, root) == before
+
+
+def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) -> None:
+    feed, layers = summary["feed"], summary["layers"]
+    bronze, silver = layers["bronze"]["orders"], layers["silver"]["orders"]
+    gold = layers["gold"]["store_sales"]
+
+    # every line of the readable files is in bronze or its quarantine
+    assert feed["records"] == bronze["rows"] + bronze["quarantined"]
+    assert bronze["quarantined"] == feed["malformed_lines"] > 0
+    assert bronze["files_archived"] == feed["files"] - 1  # all but the unreadable one
+    assert bronze["files_quarantined"] == 1
+    assert not list((root / "landing" / "orders").rglob("*.json*"))
+    assert list((root / "_quarantine").rglob(feed["unreadable_file"]))
+
+    # silver = bronze - duplicates - late rows - rows its expectations quarantined
+    assert silver["rows"] == (bronze["rows"] - silver["duplicates_dropped"]
+                              - silver["late_rows_dropped"] - silver["quarantined"])
+    assert silver["duplicates_dropped"] == feed["duplicate_events"] + feed["redelivered_records"]
+    assert silver["late_rows_dropped"] == feed["late_events"] > 0
+    assert silver["quarantined"] == feed["rejected_events"]
+    assert silver["rows"] == feed["events"] - feed["rejected_events"]
+    silver_orders = spark.read.format("delta").load(str(root / "tables" / "silver" / "orders"))
+    assert silver_orders.select("order_id").distinct().count() == silver["rows"]
+
+    # gold = an independent batch computation over silver
+    expected = (
+        silver_orders.groupBy(F.window("event_time", "1 day").alias("w"), "store_id")
+        .agg(F.count(F.lit(1)).alias("orders"), F.sum("quantity").alias("items"),
+             F.sum("amount").alias("revenue"))
+        .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+                "store_id", "orders", "items", "revenue")
+    )
+    actual = spark.read.format("delta").load(str(root / "tables" / "gold" / "store_sales")) \
+        .select(*expected.columns)
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True,
+                       ignore_metadata=True)
+    assert gold["rows"] == expected.count() and gold["late_rows_dropped"] == 0
+
+    # a gold query that prunes: only the north region's stores (3 of 12) are read
+    query = summary["query"]
+    assert query["rows"] and {r[query["columns"].index("region")] for r in query["rows"]} == {
+        "north"}
+    (fact,) = [s for s in query["pruning"]["scans"] if s["table"].endswith("store_sales")]
+    assert fact["dynamic_pruning"] and (fact["partitions_read"], fact["partitions_total"]) == (
+        3, 12)
+
+    # a person sees progress and the same figures
+    assert "bronze.orders          batch   0" in out
+    assert f"{silver['late_rows_dropped']:,}" in out and "read 3 of 12 partitions" in out
+
+    # the run history has a row per batch of each table, with the summary's figures
+    runs = spark.read.format("delta").load(str(root / "tables" / "ops" / "runs"))
+    written = {r["table"].rsplit(".", 1)[-1] + "." + r["layer"]: r["rows"] for r in
+               runs.where("status = 'committed' AND batch_id IS NOT NULL")
+               .groupBy("table", "layer").agg(F.sum("rows_out").alias("rows")).collect()}
+    assert written["orders.bronze"] == bronze["rows"]
+    assert written["orders.silver"] == silver["rows"]

@@ -30,7 +30,9 @@ def add_commands(commands: Commands) -> None:
                    default=int(os.environ.get("MEDALLION_DEMO_FILES", 100)),
                    help="landing files they are spread over (default $MEDALLION_DEMO_FILES "
                    "or 100)")
-    p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON here")
+    p.add_argument("--summary", metavar="PATH", default=os.environ.get("MEDALLION_DEMO_SUMMARY"),
+                   help="also write the summary as JSON here (default $MEDALLION_DEMO_SUMMARY, "
+                   "if set)")
     p.add_argument("--generate-only", action="store_true",
                    help="write the feed into the root's landing/ folders and stop (to land it "
                    "elsewhere with `medallion land`)")
