@@ -53,8 +53,9 @@ from framework.checkpoint import batch_source_files
 from framework.config.model import Layer, SqlKind
 from framework.delta import change_feed_enabled, create_table, literal_rows, version_rows
 from framework.errors import ConfigError, JobError
-from framework.job import StreamingJob, timed
+from framework.job import StreamingJob
 from framework.listener import BatchProgress
+from framework.logging import timed
 from framework.sqlcheck import EXAMPLES, parse_schema
 from framework.storage import FileInfo, from_uri
 
@@ -217,12 +218,13 @@ class BronzeJob(StreamingJob):
 
     def seconds(self) -> dict[str, float]:
         """Seconds per step over this run: its batches' steps summed (see
-        :class:`BatchCounts`), then the steps after the query."""
+        :class:`BatchCounts`), then the steps after the query, and the run history's
+        reads and appends."""
         total: dict[str, float] = {}
         for b in self.batches:
             for step, s in b.seconds.items():
                 total[step] = round(total.get(step, 0.0) + s, 3)
-        return total | self.run_seconds
+        return total | self.run_seconds | self.recorder.seconds
 
     def batch_rows(self, progress: BatchProgress) -> int:
         done = [b.records for b in self.batches if b.batch_id == progress.batch_id]

@@ -39,8 +39,9 @@ from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, SqlKind
 from framework.delta import create_table
 from framework.errors import ConfigError, QueryFailedError
-from framework.job import RunStatus, StreamingJob, timed
+from framework.job import RunStatus, StreamingJob
 from framework.listener import BatchProgress
+from framework.logging import timed
 from framework.session import detect_runtime, require_kafka
 from framework.sqlcheck import EXAMPLES, parse_schema
 

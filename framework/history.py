@@ -28,6 +28,7 @@ driver ends is recovered by the next start.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -48,6 +49,7 @@ from framework.config.model import Environment
 from framework.delta import create_table, literal_rows
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress
+from framework.logging import timed
 
 # Appends while a query runs are at least this far apart: each is a Delta commit.
 FLUSH_SECONDS = 10.0
@@ -206,3 +208,92 @@ class RunHistory:
     def read(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.location)
 
+
+
+class BatchRecorder:
+    """A streaming job's rows of the run history: made as its batches are reported (on the
+    listener's thread), appended by the job's own thread (:meth:`flush`, :meth:`take`), and
+    the rows a stopped driver lost written at the next start (:meth:`recover`). Nothing here
+    raises: a failure is logged (``history.write_failed``) and the rows wait for the next
+    append, or for the next start's recovery. ``seconds["history"]`` is the time spent."""
+
+    def __init__(self, history: RunHistory, log: Any, *, run_id: str, table: str, layer: str,
+                 trigger: str) -> None:
+        self.history, self.log = history, log
+        self.run_id, self.table, self.layer, self.trigger = run_id, table, layer, trigger
+        self.query_id: str | None = None
+        self.seconds: dict[str, float] = {}
+        self._rows: list[dict[str, Any]] = []
+        self._made: set[int] = set()
+        self._lock = threading.Lock()
+        self._flushed_at = time.monotonic()
+
+    def recover(self, query_id: str | None, committed: Mapping[int, int]) -> None:
+        """Append a ``recovered`` row for each committed batch (id -> commit time in ms) of
+        the query that has no row."""
+        self.query_id = query_id
+        if query_id is None or not committed:
+            return
+        try:
+            with timed(self.seconds, "history"):
+                self.history.ensure()
+                recorded = self.history.recorded_batches(query_id)
+                missing = {b: ms for b, ms in committed.items() if b not in recorded}
+                if missing:
+                    self.history.append(recovered_rows(self.table, self.layer, query_id,
+                                                       missing))
+        except Exception as exc:
+            self.log.warning("history.write_failed", table=self.history.name,
+                             error=_first_line(exc))
+            return
+        if missing:
+            self.log.warning("history.recovered", batches=sorted(missing),
+                             reason="committed before the driver stopped, without their run "
+                                    "history rows")
+
+    def add(self, progress: BatchProgress, figures: Any, seconds: Any) -> None:
+        """The row of a reported batch (once per batch; an idle trigger has none).
+        ``figures`` and ``seconds`` are called for the job's figures and steps."""
+        with self._lock:
+            if not executed(progress) or progress.batch_id in self._made:
+                return
+            self._made.add(progress.batch_id)
+        row = batch_row(run_id=self.run_id, table=self.table, layer=self.layer,
+                        query_id=self.query_id, trigger=self.trigger, progress=progress,
+                        figures=figures(progress), seconds=seconds(progress.batch_id))
+        with self._lock:
+            self._rows.append(row)
+
+    def flush(self) -> None:
+        """Append the rows made so far, at most every FLUSH_SECONDS (each is a commit)."""
+        if time.monotonic() - self._flushed_at < FLUSH_SECONDS:
+            return
+        self._flushed_at = time.monotonic()
+        with self._lock:
+            rows = list(self._rows)
+        if rows and self.append(rows):
+            with self._lock:
+                del self._rows[:len(rows)]
+
+    def take(self) -> list[dict[str, Any]]:
+        """The rows not appended yet, handed over (to be appended with the run's last)."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """Append ``rows``; False (logged) when that failed."""
+        try:
+            with timed(self.seconds, "history"):
+                self.history.ensure()
+                self.history.append(rows)
+            return True
+        except Exception as exc:
+            self.log.warning("history.write_failed", table=self.history.name,
+                             error=_first_line(exc))
+            return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

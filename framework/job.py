@@ -45,15 +45,7 @@ from framework.config.model import Layer, Table
 from framework.delta import BatchCommits
 from framework.errors import JobError, MedallionError, QueryFailedError, first_line
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
-from framework.history import (
-    FLUSH_SECONDS,
-    BatchStatus,
-    RunHistory,
-    batch_row,
-    executed,
-    recovered_rows,
-    run_row,
-)
+from framework.history import BatchRecorder, BatchStatus, RunHistory, run_row
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
@@ -221,8 +213,11 @@ class Job(ABC):
         # Set once the job may have written something: a failure after that still runs
         # ``finish``, which settles what was written.
         self.started = False
-        self.history = RunHistory(spark, table.env)
         self.started_at = datetime.now(UTC)
+        self.recorder = BatchRecorder(
+            RunHistory(spark, table.env), self.log, run_id=ctx.run_id, table=table.full_name,
+            layer=self.layer.value,
+            trigger="continuous" if ctx.trigger.continuous else "availableNow")
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
@@ -304,7 +299,8 @@ class Job(ABC):
         default one for the whole run."""
         failed = summary.status is RunStatus.FAILED
         return [run_row(run_id=self.ctx.run_id, table=self.table.full_name,
-                        layer=self.layer.value, trigger=self._trigger, started_at=self.started_at,
+                        layer=self.layer.value, trigger=self.recorder.trigger,
+                        started_at=self.started_at,
                         status=BatchStatus.FAILED if failed else BatchStatus.COMMITTED,
                         rows_out=None if failed else summary.rows_out, error=summary.error)]
 
@@ -312,16 +308,11 @@ class Job(ABC):
         """Append the run's rows to the run history; a failure is logged, not raised."""
         try:
             rows = self.history_rows(summary)
-            if rows:
-                self.history.ensure()
-                self.history.append(rows)
         except Exception as exc:
-            self.log.warning("history.write_failed", table=self.history.name,
-                             error=first_line(exc))
-
-    @property
-    def _trigger(self) -> str:
-        return "continuous" if self.ctx.trigger.continuous else "availableNow"
+            self.log.warning("history.write_failed", error=first_line(exc))
+            return
+        if rows:
+            self.recorder.append(rows)
 
     def _step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``; a failure becomes a :class:`JobError` naming the table and step."""
@@ -352,15 +343,9 @@ class StreamingJob(Job):
         # The executed micro-batches' progress, once the query has ended (see ``report``).
         self.progress: list[BatchProgress] = []
         self._query_started = threading.Event()  # see foreach_batch
-        # The run history's rows of the batches reported and not yet appended
-        self._batch_rows: list[dict[str, Any]] = []
-        self._rows_made: set[int] = set()
-        self._rows_lock = threading.Lock()
-        self._flushed_at = time.monotonic()
-        self.query_id: str | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"trigger": self._trigger}
+        return {"trigger": self.recorder.trigger}
 
     def prepare(self) -> None:
         """Create the layer's schema and find the batches a restart may replay; append the
@@ -369,27 +354,13 @@ class StreamingJob(Job):
         checkpoint = self.table.checkpoint
         self.commits.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
                                         last_planned_batch(checkpoint, self.files) + 1)
-        self._recover_history()
-
-    def _recover_history(self) -> None:
         try:
-            self.query_id = query_id(self.table.checkpoint, self.files)
-            committed = committed_batches(self.table.checkpoint, self.files) \
-                if self.query_id else {}
-            if not committed or self.query_id is None:
-                return
-            self.history.ensure()
-            recorded = self.history.recorded_batches(self.query_id)
-            missing = {b: ms for b, ms in committed.items() if b not in recorded}
-            if missing:
-                self.history.append(recovered_rows(self.table.full_name, self.layer.value,
-                                                   self.query_id, missing))
-                self.log.warning("history.recovered", batches=sorted(missing),
-                                 reason="committed before the driver stopped, without their "
-                                        "run history rows")
+            query = query_id(checkpoint, self.files)
+            committed = committed_batches(checkpoint, self.files) if query else {}
         except Exception as exc:
-            self.log.warning("history.write_failed", table=self.history.name,
-                             error=first_line(exc))
+            self.log.warning("history.write_failed", error=first_line(exc))
+        else:
+            self.recorder.recover(query, committed)
 
     def execute(self) -> RunStatus:
         """Read, transform and write as one streaming query, and wait for it to end."""
@@ -490,7 +461,7 @@ class StreamingJob(Job):
         writer = writer.option("checkpointLocation", self.table.checkpoint)
         self.listener.register(self.query_name, self.log, self.batch_rows, self._on_progress)
         query = self._step("start", writer.queryName(self.query_name).start)
-        self.commits.writer_id = self.query_id = str(query.id)
+        self.commits.writer_id = self.recorder.query_id = str(query.id)
         self.on_started(query)
         self._query_started.set()
         return query
@@ -524,57 +495,24 @@ class StreamingJob(Job):
     def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
         """A batch's progress: its run history row, then :meth:`on_batch`."""
         try:
-            with self._rows_lock:
-                new = executed(progress) and progress.batch_id not in self._rows_made
-                if new:
-                    self._rows_made.add(progress.batch_id)
-            if new:
-                row = batch_row(run_id=self.ctx.run_id, table=self.table.full_name,
-                                layer=self.layer.value, query_id=self.query_id,
-                                trigger=self._trigger, progress=progress,
-                                figures=self.batch_figures(progress),
-                                seconds=self.batch_seconds(progress.batch_id))
-                with self._rows_lock:
-                    self._batch_rows.append(row)
+            self.recorder.add(progress, self.batch_figures, self.batch_seconds)
         finally:
             if hooks:
                 self.on_batch(progress)
 
-    def _flush_history(self) -> None:
-        """Append the rows of the batches reported so far, at most every FLUSH_SECONDS while
-        the query runs; a failed append keeps them for the next."""
-        if time.monotonic() - self._flushed_at < FLUSH_SECONDS:
-            return
-        self._flushed_at = time.monotonic()
-        with self._rows_lock:
-            rows = list(self._batch_rows)
-        if not rows:
-            return
-        try:
-            self.history.ensure()
-            self.history.append(rows)
-        except Exception as exc:
-            self.log.warning("history.write_failed", table=self.history.name,
-                             error=first_line(exc))
-            return
-        with self._rows_lock:
-            del self._batch_rows[:len(rows)]
-
     def history_rows(self, summary: TableRunSummary) -> list[dict[str, Any]]:
         """The rows of the batches not appended yet, and one for a failed run (for the batch
         in flight, when one was planned)."""
-        with self._rows_lock:
-            rows = list(self._batch_rows)
-            self._batch_rows.clear()
+        rows = self.recorder.take()
         if summary.status is RunStatus.FAILED:
             checkpoint = self.table.checkpoint
             planned = last_planned_batch(checkpoint, self.files)
             in_flight = planned if planned > last_committed_batch(checkpoint, self.files) \
                 else None
             rows.append(run_row(run_id=self.ctx.run_id, table=self.table.full_name,
-                                layer=self.layer.value, trigger=self._trigger,
+                                layer=self.layer.value, trigger=self.recorder.trigger,
                                 started_at=self.started_at, status=BatchStatus.FAILED,
-                                query_id=self.query_id, batch_id=in_flight,
+                                query_id=self.recorder.query_id, batch_id=in_flight,
                                 error=summary.error))
         return rows
 
@@ -586,7 +524,7 @@ class StreamingJob(Job):
             try:
                 if query.awaitTermination(0.25):  # type: ignore[arg-type] # seconds, float ok
                     return RunStatus.SUCCEEDED
-                self._flush_history()
+                self.recorder.flush()
             except StreamingQueryException as exc:
                 reason = self.batch_error or first_line(exc)
                 raise QueryFailedError(self.table.full_name, "stream", reason) from exc
@@ -631,16 +569,6 @@ class StreamingJob(Job):
             if "addBatch" in p.duration_ms or p.input_rows:
                 by_batch.setdefault(p.batch_id, p)
         return [by_batch[b] for b in sorted(by_batch)]
-
-
-@contextlib.contextmanager
-def timed(into: dict[str, float], step: str) -> Iterator[None]:
-    """Add the seconds spent inside to ``into[step]`` (for logs: where a batch's time goes)."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        into[step] = round(into.get(step, 0.0) + time.perf_counter() - started, 3)
 
 
 def _last_batch(query: StreamingQuery) -> int:

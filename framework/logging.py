@@ -7,9 +7,11 @@ for results (``medallion sql``, ``medallion status``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import MutableMapping
+import time
+from collections.abc import Iterator, MutableMapping
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -70,3 +72,13 @@ def configure_logging(
 def get_logger(**context: Any) -> Any:
     """A structlog logger with ``context`` bound once (layer, table, run_id...)."""
     return structlog.get_logger("medallion").bind(**context)
+
+
+@contextlib.contextmanager
+def timed(into: dict[str, float], step: str) -> Iterator[None]:
+    """Add the seconds spent inside to ``into[step]`` (for logs: where a run's time goes)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[step] = round(into.get(step, 0.0) + time.perf_counter() - started, 3)

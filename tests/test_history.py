@@ -5,6 +5,9 @@ tests/test_crash.py (bench/chaos.py's history check)."""
 
 from __future__ import annotations
 
+import os
+import time
+
 from pyspark.sql import SparkSession
 
 from bronze.job import BronzeJob
@@ -31,6 +34,8 @@ def test_one_row_per_batch_with_the_summary_counts_and_lost_rows_recovered(
     files = [write_json_lines(landing / f"part-{f}.json", [order(f * 20 + i) for i in range(20)],
                               extra_lines=["{broken", "not json"] if f == 1 else ())
              for f in range(3)]
+    for f, path in enumerate(files):  # read in this order: one file per batch
+        os.utime(path, (time.time() - 60 + f, time.time() - 60 + f))
     sizes = [p.stat().st_size for p in files]
 
     summary, run_id = _run(spark, lakehouse)
