@@ -181,9 +181,11 @@ class RunHistory:
                 return
             self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote_name(self.schema)}")
             try:
+                # By table: a start reads its own table's rows only, however long the history
                 create_table(self.spark, self.name, RUNS_SCHEMA, self.location,
-                             comment="One row per micro-batch per table: what it read, wrote, "
-                                     "quarantined and dropped, and how long it took")
+                             partition_by=["table"],
+                             comment="One row per micro-batch per table: what it read, "
+                                     "wrote, quarantined and dropped, and how long it took")
             except Exception:
                 if not self.exists():
                     raise
@@ -197,12 +199,13 @@ class RunHistory:
         df = literal_rows(self.spark, values, RUNS_SCHEMA)
         df.write.format("delta").mode("append").save(self.location)
 
-    def recorded_batches(self, query_id: str) -> set[int]:
-        """The batches of the query that have their row (committed or recovered)."""
-        rows = (self.read().where((F.col("query_id") == query_id)
-                                  & (F.col("status") != BatchStatus.FAILED.value)
-                                  & F.col("batch_id").isNotNull())
-                .select("batch_id").distinct().collect())
+    def recorded_batches(self, table: str, query_id: str, since: int) -> set[int]:
+        """The batches from ``since`` on of the table's query that have their row (committed
+        or recovered); the table's partition only."""
+        rows = (self.read().where((F.col("table") == table) & (F.col("query_id") == query_id)
+                                  & (F.col("batch_id") >= since)
+                                  & (F.col("status") != BatchStatus.FAILED.value))
+                .select("batch_id").collect())
         return {int(r["batch_id"]) for r in rows}
 
     def read(self) -> DataFrame:
@@ -237,7 +240,8 @@ class BatchRecorder:
         try:
             with timed(self.seconds, "history"):
                 self.history.ensure()
-                recorded = self.history.recorded_batches(query_id)
+                recorded = self.history.recorded_batches(self.table, query_id,
+                                                         min(committed))
                 missing = {b: ms for b, ms in committed.items() if b not in recorded}
                 if missing:
                     self.history.append(recovered_rows(self.table, self.layer, query_id,
