@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -212,7 +212,6 @@ class RunHistory:
         return self.spark.read.format("delta").load(self.location)
 
 
-
 class BatchRecorder:
     """A streaming job's rows of the run history: made as its batches are reported (on the
     listener's thread), appended by the job's own thread (:meth:`flush`, :meth:`take`), and
@@ -255,7 +254,9 @@ class BatchRecorder:
                              reason="committed before the driver stopped, without their run "
                                     "history rows")
 
-    def add(self, progress: BatchProgress, figures: Any, seconds: Any) -> None:
+    def add(self, progress: BatchProgress,
+            figures: Callable[[BatchProgress], Mapping[str, int | None]],
+            seconds: Callable[[int], Mapping[str, float]]) -> None:
         """The row of a reported batch (once per batch; an idle trigger has none).
         ``figures`` and ``seconds`` are called for the job's figures and steps."""
         with self._lock:
