@@ -47,6 +47,7 @@ from pyspark.sql.types import (
 
 from framework.config.model import Environment
 from framework.delta import create_table, literal_rows
+from framework.errors import first_line
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress
 from framework.logging import timed
@@ -247,7 +248,7 @@ class BatchRecorder:
                                                        missing))
         except Exception as exc:
             self.log.warning("history.write_failed", table=self.history.name,
-                             error=_first_line(exc))
+                             error=first_line(exc))
             return
         if missing:
             self.log.warning("history.recovered", batches=sorted(missing),
@@ -295,10 +296,6 @@ class BatchRecorder:
             return True
         except Exception as exc:
             self.log.warning("history.write_failed", table=self.history.name,
-                             error=_first_line(exc))
+                             error=first_line(exc))
             return False
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -352,11 +352,11 @@ class StreamingJob(Job):
         run history's rows of committed batches that have none (a stopped driver's)."""
         super().prepare()
         checkpoint = self.table.checkpoint
-        self.commits.replayable = range(last_committed_batch(checkpoint, self.files) + 1,
+        committed = committed_batches(checkpoint, self.files)  # one listing for both uses
+        self.commits.replayable = range(max(committed, default=-1) + 1,
                                         last_planned_batch(checkpoint, self.files) + 1)
         try:
-            query = query_id(checkpoint, self.files)
-            committed = committed_batches(checkpoint, self.files) if query else {}
+            query = query_id(checkpoint, self.files) if committed else None
         except Exception as exc:
             self.log.warning("history.write_failed", error=first_line(exc))
         else:
