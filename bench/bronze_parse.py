@@ -71,9 +71,8 @@ def main() -> None:
 
     def bronze_batch(job: BronzeJob, df: DataFrame, target: str) -> None:
         """What each bronze batch adds to the parsed records: the job's ingestion columns,
-        its counts of records read and quarantined (in all and per file), and its quarantine
-        split."""
-        split = split_batch(job.transform(df), job.table.name, next(batch_ids), args.files)
+        its counts of records read and quarantined, and its quarantine split."""
+        split = split_batch(job.transform(df), job.table.name, next(batch_ids))
         append(split.good, target, BRONZE_PROPERTIES)
         if split.observation.get["records"] != args.records:
             raise SystemExit(f"expected {args.records} records, found {split.observation.get}")

@@ -15,19 +15,20 @@ lands.
 Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
 phase, then a seeded random delay of up to the phase's length, and kills the process group
 with SIGKILL. The phases: session start-up and the metastore, a bronze query's first listing,
-mid-batch, between a bronze commit and its ledger commit, the reconciler's moves, its ledger
-replace, a silver MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment drawn
-over the clean run's duration. A delivery takes the moments drawn over the run first, then
-its kills in the pipeline's order; one whose run ends before the phase opens passes the kill
-on to the next delivery, the last ones to the reserve slice.
+mid-batch, between a bronze commit and its ledger commit, a batch's moves of its files (after
+its ledger commit), the ledger's replace (a move refused), a silver MERGE, a gold MERGE, a gold
+append, the mart's rewrite, and a moment drawn over the clean run's duration. A delivery takes
+the moments drawn over the run first, then its kills in the pipeline's order; one whose run
+ends before the phase opens passes the kill on to the next delivery, the last ones to the
+reserve slice.
 
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
 
 ``--faults RATE`` puts the chaos root on ``faulty://``, Hadoop's local file system with a
 seeded fraction of the renames and deletes of landing files refused (``tests/faultfs``): the
-moves of Spark's ``cleanSource`` and of the reconciler. The runs that follow the kills run
-with the faults on too; the run that ends each delivery and the last one with them off, and
+moves of each batch and of the reconciler. The runs that follow the kills run with the faults
+on too; the run that ends each delivery and the last one with them off, and
 they must settle every file left behind.
 
 Then the two roots must hold the same lake:
@@ -97,7 +98,7 @@ PHASES = [  # in the pipeline's order
     Phase("listing", "stream.query.started", 0.6, "bronze"),
     Phase("mid-batch", "bronze.batch.started", 1.5),
     Phase("bronze-ledger", "bronze.batch.appended", 0.4),
-    Phase("archiving", "bronze.landing.reconciling", 0.15),
+    Phase("archiving", "bronze.files.settling", 0.15),
     Phase("ledger-replace", "bronze.ledger.replacing", 0.6),
     Phase("silver-merge", "silver.batch.merging", 1.0, needs=("customers", "stores")),
     Phase("gold-merge", "gold.batch.merging", 1.0, needs=("store_sales",)),

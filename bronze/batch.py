@@ -3,21 +3,19 @@ split into bronze rows and quarantine rows, counted in the pass that writes them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from bronze.reading import CORRUPT, CORRUPT_REASON
 from bronze.spec import BronzeTableSpec
-from bronze.streams import StreamTableSpec
-from framework.config.model import Layer, Table
+from framework.config.model import SqlKind, Table
 from framework.delta import CHANGE_FEED
 from framework.errors import ConfigError
-from framework.sqlcheck import parse_schema
+from framework.sqlcheck import EXAMPLES, parse_schema
 
 SOURCE_FILE = "_source_file"
 FILE_MTIME = "_file_modification_time"
@@ -53,21 +51,21 @@ def bronze_schema(spec: BronzeTableSpec, records: StructType) -> StructType:
     return StructType([*records.fields, *rescued, *METADATA_FIELDS])
 
 
-def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
-                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
-    """The bronze table's schema from its spec alone (``framework.layers.Planner``)."""
-    spec = cast(BronzeTableSpec | StreamTableSpec, table.spec)
+def records_schema(table: Table) -> StructType:
+    """The schema of the feed's records (``source.schema``), or a clear error: none, or DDL
+    that does not parse."""
+    spec = cast(BronzeTableSpec, table.spec)
     if not spec.source.schema_:
-        return None, []
+        raise ConfigError("expected a schema (DDL) for the feed, found none; write one with "
+                          f"'medallion infer-schema {table.name}'",
+                          file=table.source_file, key="source.schema")
     try:
-        records = parse_schema(spec.source.schema_)
-    except ValueError:  # reported by the parse of the spec's SQL
-        return None, []
-    if isinstance(spec, StreamTableSpec):
-        from bronze.kafka import stream_schema
+        return parse_schema(spec.source.schema_)
+    except ValueError as exc:
+        raise ConfigError(f"expected {EXAMPLES[SqlKind.SCHEMA]}, found "
+                          f"{spec.source.schema_!r}: {exc}",
+                          file=table.source_file, key="source.schema") from exc
 
-        return stream_schema(spec, records), []
-    return bronze_schema(spec, records), []
 
 def with_file_columns(df: DataFrame) -> DataFrame:
     """The records with their source file's path, modification time and size (from Spark's
@@ -111,14 +109,16 @@ class BatchSplit:
         )
 
 
-def split_batch(batch: DataFrame, name: str, batch_id: int) -> BatchSplit:
-    """The batch (with its file columns) stamped with its ingestion time and id, and its
-    bronze rows (those not malformed); the records read and those to quarantine are counted
-    as the rows are written."""
+def split_batch(batch: DataFrame, name: str, batch_id: int,
+                to_quarantine: Column | None = None) -> BatchSplit:
+    """The batch stamped with its ingestion time and id, and its bronze rows (those not to
+    quarantine: by default the malformed ones); the records read and those to quarantine are
+    counted as the rows are written."""
     stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
         BATCH_ID, F.lit(batch_id).cast("long")
     )
-    to_quarantine = F.col(CORRUPT).isNotNull()
+    if to_quarantine is None:
+        to_quarantine = F.col(CORRUPT).isNotNull()
     observation = Observation(f"bronze_{name}_{batch_id}")
     observed = stamped.observe(observation, *_counts(to_quarantine))
     good = observed.where(~to_quarantine).drop(*INTERNAL)

@@ -29,8 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from bronze.batch import SOURCE_FILE, with_file_columns
-from bronze.reading import CORRUPT, CORRUPT_REASON, NOT_UTF8, literal, read_records
+from bronze.batch import INTERNAL, SOURCE_FILE, with_file_columns
+from bronze.reading import NOT_UTF8, literal, read_records
 from bronze.spec import BronzeTableSpec
 from framework.errors import StorageError, first_line
 from framework.storage import FileInfo, Storage, from_uri
@@ -94,7 +94,7 @@ class FileChecks:
         :class:`ShortRead` for a file that reads short. A pass of its own: parquet feeds are
         read twice."""
         footers = parquet_footer_counts(self.spark, files)
-        columns = [c for c in stamped.columns if c not in (SOURCE_FILE, CORRUPT, CORRUPT_REASON)]
+        columns = [c for c in stamped.columns if c != SOURCE_FILE and c not in INTERNAL]
         decoded = stamped.groupBy(SOURCE_FILE).agg(F.count(F.hash(*columns)).alias("count"))
         read = {from_uri(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
         for path, rows in footers.items():

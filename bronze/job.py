@@ -1,7 +1,7 @@
 """Bronze: landing files into a Delta table, exactly once, each file whole or not at all.
 
 Spark's file stream source decides which files make a micro-batch (in the order of their
-modification times) and archives them one batch late (``cleanSource``). In ``foreachBatch``:
+modification times). In ``foreachBatch``:
 
 1. files of 0 bytes, or gone since they were listed, are failed before any read;
 2. the good rows are appended to the bronze table in one pass that counts (``observe``) the
@@ -10,56 +10,57 @@ modification times) and archives them one batch late (``cleanSource``). In ``for
    to its end fails the append before it commits; :mod:`bronze.checks` finds the file, and the
    batch is written again without it;
 3. the batch's files go to the file ledger (:mod:`bronze.ledger`) with their rows in bronze and
-   in quarantine, counted from what the batch committed; a failed file with its error.
+   in quarantine, counted from what the batch committed; a failed file with its error. The rows
+   are committed as they will stand once the files are settled, and then the files are moved to
+   the archive (or deleted), failed ones whole to the quarantine folder (:mod:`bronze.reconcile`).
 
 Each append is one commit tagged ``<query id>:<batch id>``: a batch replayed after a crash
-writes only what is missing. After the query, :class:`Reconciler` archives the committed
-batches' files and moves failed ones whole to the quarantine folder. File operations go
-through ``framework.storage`` (the session's Hadoop file system on any store but a local disk).
+writes only what is missing, and one whose ledger commit is there only finishes its moves.
+After the query, :class:`Reconciler` settles what is left (moves the store refused, what an
+earlier run left). File operations go through ``framework.storage`` (the session's Hadoop file
+system on any store but a local disk).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
-from pyspark.sql.types import StructType
 
 from bronze.batch import (
-    BATCH_ID,
     BRONZE_PROPERTIES,
     QUARANTINE_SCHEMA,
-    SOURCE_FILE,
     BatchSplit,
     bronze_schema,
-    planned_schema,
+    records_schema,
     split_batch,
     with_file_columns,
 )
-from bronze.checks import FileChecks, rows_per_file, stat_or_none, unreadable
+from bronze.checks import FileChecks, stat_or_none, unreadable
 from bronze.ledger import (
     LEDGER_SCHEMA,
     BatchCounts,
-    FileStatus,
+    batch_counts,
+    commit_rows_per_file,
+    ledger_frame,
     ledger_rows,
+    read_batch,
 )
 from bronze.reading import read_records
-from bronze.reconcile import Reconciler, settle_file
-from bronze.spec import BronzeTableSpec, CleanSource, SourceFormat
+from bronze.reconcile import Reconciler
+from bronze.spec import BronzeTableSpec, SourceFormat
 from framework.checkpoint import batch_source_files
-from framework.config.model import Layer, SqlKind
-from framework.delta import change_feed_enabled, create_table, literal_rows, version_rows
-from framework.errors import ConfigError, JobError
+from framework.config.model import Layer
+from framework.delta import change_feed_enabled, create_table
+from framework.errors import JobError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import timed
-from framework.sqlcheck import EXAMPLES, parse_schema
-from framework.storage import FileInfo, from_uri
+from framework.storage import from_uri
 
-__all__ = ["BronzeJob", "FileStatus", "planned_schema", "settle_file"]
+__all__ = ["BronzeJob"]
 
 # Files older than this, relative to the newest file seen, are not taken by Spark's file source.
 MAX_FILE_AGE = "3650d"
@@ -84,26 +85,17 @@ class BronzeJob(StreamingJob):
             self.ledger_table: self.table.companion_location("files"),
         }
         self.change_feed: dict[str, bool] = {}  # per table written: whether its feed is on
-        self.batches: list[BatchCounts] = []
-        # The ledger rows this run appended, per batch, and whether a replayed batch found its
-        # rows appended before a restart: what the reconciler settles without reading the
-        # ledger.
+        self.batches: dict[int, BatchCounts] = {}  # this run's, by batch id
+        # This run's ledger rows, by batch: what the reconciler settles without a read.
         self._ledger_rows: dict[int, list[dict[str, Any]]] = {}
-        self._ledger_from_before = False
+        self.settled: dict[str, int] = {}  # files moved by the batches: archived, ...
         self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._prepared = False
 
     # ------------------------------------------------------------------ steps
     def prepare(self) -> None:
         super().prepare()
-        if not self.spec.source.schema_:
-            raise ConfigError(
-                "expected a schema (DDL) for the feed, found none; write one with "
-                f"'medallion infer-schema {self.table.name}'",
-                file=self.table.source_file,
-                key="source.schema",
-            )
-        self.schema = self._parse_schema(self.spec.source.schema_)
+        self.schema = records_schema(self.table)
         tables = {
             self.table.full_name: (bronze_schema(self.spec, self.schema), self.spec.description),
             self.quarantine_table: (QUARANTINE_SCHEMA,
@@ -138,12 +130,6 @@ class BronzeJob(StreamingJob):
             reader = reader.option("maxFilesPerTrigger", src.max_files_per_trigger)
         if src.max_bytes_per_trigger:
             reader = reader.option("maxBytesPerTrigger", src.max_bytes_per_trigger)
-        if src.clean_source is CleanSource.ARCHIVE:
-            reader = reader.option("cleanSource", "archive").option(
-                "sourceArchiveDir", self.spec.archive_dir(self.table)
-            )
-        elif src.clean_source is CleanSource.DELETE:
-            reader = reader.option("cleanSource", "delete")
         return read_records(self.spec, reader, self.landing, self.schema)
 
     def transform(self, df: DataFrame) -> DataFrame:
@@ -156,6 +142,12 @@ class BronzeJob(StreamingJob):
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch, every file whole or not at all."""
         log = self.log.bind(batch_id=batch_id)
+        if self._written(self.ledger_table, batch_id):
+            # Replayed after its ledger commit: its rows are in, its files may still be moving.
+            rows = read_batch(self.spark, self.locations[self.ledger_table], batch_id)
+            log.info("bronze.batch.replayed", files=len(rows))
+            self._settle(batch_id, rows, batch_counts(batch_id, rows), committed=True)
+            return
         files = {from_uri(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
                                                               storage=self.files)}
         stats = {f: stat_or_none(self.files, f) for f in files}
@@ -179,11 +171,15 @@ class BronzeJob(StreamingJob):
                 log.warning("bronze.files.failed", files=culprits)
                 failed |= culprits
         with timed(seconds, "ledger"):  # rows per file, read back from what was committed
-            good = self._rows_per_file(self.table.full_name, batch_id) \
-                if metrics["records"] > metrics["quarantined"] else {}
+            in_bronze = metrics["records"] - metrics["quarantined"]
+            # (one file read: its bronze rows are those the write's own pass counted)
+            good = {readable[0]: in_bronze} if len(readable) == 1 and in_bronze else \
+                self._rows_per_file(self.table.full_name, batch_id) if in_bronze else {}
             bad = self._rows_per_file(self.quarantine_table, batch_id) \
                 if metrics["quarantined"] else {}
-            counts = self._record_files(batch_id, stats, failed, good, bad)
+            rows, counts = ledger_rows(
+                batch_id, {f: (i.size, i.modified_ms) if i else (0, 0) for f, i in stats.items()},
+                failed, good, bad, self.spec.source.format is SourceFormat.PARQUET)
         counts.seconds = seconds
         if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
             raise JobError(
@@ -192,10 +188,28 @@ class BronzeJob(StreamingJob):
                 f"({metrics['quarantined']} quarantined), found {counts.good} in bronze and "
                 f"{counts.quarantined} in quarantine",
             )
-        self.batches.append(counts)
+        self._settle(batch_id, rows, counts)
         log.info("bronze.batch.committed", records=counts.records, bronze_rows=counts.good,
                  quarantined_rows=counts.quarantined, files=counts.files,
-                 failed_files=counts.failed_files, seconds=seconds)
+                 failed_files=counts.failed_files, seconds=dict(counts.seconds))
+
+    def _settle(self, batch_id: int, rows: list[dict[str, Any]], counts: BatchCounts, *,
+                committed: bool = False) -> None:
+        """Append the batch's ledger rows as they will stand once its files are settled
+        (unless they are ``committed``: a batch replayed after its ledger commit), then settle
+        the files (:class:`Reconciler`)."""
+        reconciler = self.reconciler()
+        if not committed:
+            with timed(counts.seconds, "ledger"):
+                rows = [reconciler.planned(r) for r in rows]
+                if rows:
+                    self._append(ledger_frame(self.spark, rows), self.ledger_table, batch_id)
+        with timed(counts.seconds, "settle"):
+            self.log.debug("bronze.files.settling", batch_id=batch_id, files=len(rows))
+            for name, n in reconciler.settle(batch_id, rows).items():
+                self.settled[name] = self.settled.get(name, 0) + n
+        self._ledger_rows[batch_id] = rows
+        self.batches[batch_id] = counts
 
     def _write_batch(self, split: BatchSplit, batch_id: int, readable: Sequence[str],
                      replayed: bool, seconds: dict[str, float], checks: FileChecks
@@ -221,26 +235,25 @@ class BronzeJob(StreamingJob):
         :class:`BatchCounts`), then the steps after the query, and the run history's
         reads and appends."""
         total: dict[str, float] = {}
-        for b in self.batches:
+        for b in self.batches.values():
             for step, s in b.seconds.items():
                 total[step] = round(total.get(step, 0.0) + s, 3)
         return total | self.run_seconds | self.recorder.seconds
 
     def batch_rows(self, progress: BatchProgress) -> int:
-        done = [b.records for b in self.batches if b.batch_id == progress.batch_id]
-        return done[-1] if done else progress.input_rows
+        b = self.batches.get(progress.batch_id)
+        return b.records if b else progress.input_rows
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
-        done = [b for b in self.batches if b.batch_id == progress.batch_id]
-        if not done:
+        b = self.batches.get(progress.batch_id)
+        if b is None:
             return super().batch_figures(progress)
-        b = done[-1]
         return {"rows_in": b.records, "rows_out": b.good, "quarantined": b.quarantined,
                 "files": b.files, "bytes": b.bytes}
 
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
-        done = [b.seconds for b in self.batches if b.batch_id == batch_id]
-        return done[-1] if done else {}
+        b = self.batches.get(batch_id)
+        return b.seconds if b else {}
 
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
         """Append the batch's rows to ``table``, whose commit of this batch was looked for."""
@@ -249,42 +262,20 @@ class BronzeJob(StreamingJob):
     def _written(self, table: str, batch_id: int) -> bool:
         return self.commits.written_before(self.locations[table], batch_id)
 
-    def _record_files(self, batch_id: int, stats: Mapping[str, FileInfo | None],
-                      failed: Mapping[str, str], good: Mapping[str, int], bad: Mapping[str, int]
-                      ) -> BatchCounts:
-        """The ledger rows of the batch's files, appended unless a run before a restart did."""
-        rows, counts = ledger_rows(
-            batch_id, {f: (i.size, i.modified_ms) if i else (0, 0) for f, i in stats.items()},
-            failed, good, bad, self.spec.source.format is SourceFormat.PARQUET)
-        if rows and self._written(self.ledger_table, batch_id):
-            self._ledger_from_before = True  # the reconciler reads the ledger for its rows
-        elif rows:
-            self._append(literal_rows(self.spark, rows, LEDGER_SCHEMA), self.ledger_table,
-                         batch_id)
-            self._ledger_rows[batch_id] = [dict(zip(LEDGER_SCHEMA.names, r, strict=True))
-                                           for r in rows]
-        return counts
-
     def _rows_per_file(self, table: str, batch_id: int) -> dict[str, int]:
-        """Rows of this batch of ``table`` per source file (by local path), from the rows its
-        commit added (its own files, through the change data feed: reading the table whole
-        rebuilds its state and lists every file, a cost that grows with the table), or else
-        from the whole table. The batch's one append holds all its rows, written now or
-        before a restart."""
+        """Rows of this batch of ``table`` per source file (:func:`commit_rows_per_file`)."""
         location = self.locations[table]
         version = self.commits.version(location, batch_id) if self.change_feed.get(table) \
             else None
-        rows = version_rows(self.spark, location, version) if version is not None else \
-            self.spark.read.format("delta").load(location)
-        return rows_per_file(rows.where(F.col(BATCH_ID) == batch_id), SOURCE_FILE)
+        return commit_rows_per_file(self.spark, location, version, batch_id)
 
     # ------------------------------------------------------------------ after the query
     def finish(self) -> dict[str, int]:
         with timed(self.run_seconds, "reconcile"):
             reconciled = self.reconcile()
-        records = sum(b.records for b in self.batches)
-        good = sum(b.good for b in self.batches)
-        quarantined = sum(b.quarantined for b in self.batches)
+        records = sum(b.records for b in self.batches.values())
+        good = sum(b.good for b in self.batches.values())
+        quarantined = sum(b.quarantined for b in self.batches.values())
         balanced = records == good + quarantined
         self.log.info("bronze.run.reconciled", records_read=records, bronze_rows=good,
                       quarantined_rows=quarantined, balanced=balanced, seconds=self.seconds(),
@@ -293,21 +284,17 @@ class BronzeJob(StreamingJob):
             raise JobError(self.table.full_name, "finish",
                            f"records read ({records}) != bronze ({good}) + quarantined "
                            f"({quarantined})")
-        return {
-            "rows_in": records,
-            "rows_out": good,
-            "records_read": records,
-            "quarantined_rows": quarantined,
-            "files": sum(b.files for b in self.batches),
-            "failed_files": sum(b.failed_files for b in self.batches),
-            **reconciled,
-        }
+        return {"rows_in": records, "rows_out": good, "records_read": records,
+                "quarantined_rows": quarantined,
+                "files": sum(b.files for b in self.batches.values()),
+                "failed_files": sum(b.failed_files for b in self.batches.values()), **reconciled}
 
     def reconcile(self) -> dict[str, int]:
         """Settle the landing files of the committed batches (:class:`Reconciler`): this
         run's, and what an earlier run left (read from the ledger when there may be some)."""
-        return self.reconciler().reconcile(
-            self._ledger_rows, read_ledger=self._ledger_from_before or not self._prepared)
+        counted = self.reconciler().reconcile(self._ledger_rows, read_ledger=not self._prepared)
+        return {name: n + self.settled.get(name, 0) if name != "files_unsettled" else n
+                for name, n in counted.items()}
 
     def reconciler(self) -> Reconciler:
         return Reconciler(self.spark, self.files, checkpoint=self.table.checkpoint,
@@ -315,15 +302,3 @@ class BronzeJob(StreamingJob):
                           mode=self.spec.source.clean_source,
                           archive_dir=self.spec.archive_dir(self.table),
                           quarantine_dir=self.spec.quarantine_dir(self.table), log=self.log)
-
-    # ------------------------------------------------------------------ helpers
-    def _parse_schema(self, ddl: str) -> StructType:
-        try:
-            return parse_schema(ddl)
-        except ValueError as exc:
-            raise ConfigError(
-                f"expected {EXAMPLES[SqlKind.SCHEMA]}, found {ddl!r}: {exc}",
-                file=self.table.source_file,
-                key="source.schema",
-            ) from exc
-

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import (
@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from bronze.batch import split_batch
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
@@ -118,7 +119,7 @@ class StreamBronzeJob(StreamingJob):
             self.table.full_name: self.table.location,
             self.quarantine_table: self.table.companion_location("quarantine"),
         }
-        self.batches: list[dict[str, Any]] = []
+        self.batches: dict[int, dict[str, Any]] = {}  # this run's, by batch id
         self.offsets_lost: list[dict[str, Any]] = []  # jumps past unread offsets
 
     def describe(self) -> dict[str, Any]:
@@ -166,30 +167,22 @@ class StreamBronzeJob(StreamingJob):
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
         log = self.log.bind(batch_id=batch_id)
         seconds: dict[str, float] = {}
-        stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()) \
-            .withColumn(BATCH_ID, F.lit(batch_id).cast("long"))
         bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
-        counts = [F.count(F.lit(1)).alias("records"), F.count_if(bad).alias("quarantined")]
+        split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad)
         bronze, quarantine = self.locations[self.table.full_name], \
             self.locations[self.quarantine_table]
         with timed(seconds, "write"):
             if self.commits.written_before(bronze, batch_id):
                 # Appended before a restart: counted in a pass of its own, not written again.
-                row = stamped.agg(*counts).first()
-                assert row is not None
-                metrics = row.asDict()
+                metrics = split.count()
             else:
-                observation = Observation(f"bronze_{self.table.name}_{batch_id}")
-                good = stamped.observe(observation, *counts).where(~bad) \
-                    .drop(CORRUPT, CORRUPT_REASON)
-                self.commits.append(good, bronze, batch_id, checked=True)
-                metrics = observation.get
+                self.commits.append(split.good, bronze, batch_id, checked=True)
+                metrics = split.observation.get
         if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
             with timed(seconds, "quarantine"):
-                self.commits.append(_quarantine_rows(stamped, bad), quarantine, batch_id,
-                                    checked=True)
-        metrics = {"batch_id": batch_id, **metrics, "seconds": seconds}
-        self.batches.append(metrics)
+                self.commits.append(_quarantine_rows(split.stamped, bad), quarantine,
+                                    batch_id, checked=True)
+        self.batches[batch_id] = {"batch_id": batch_id, **metrics, "seconds": seconds}
         log.info("bronze.batch.committed", records=metrics["records"],
                  bronze_rows=metrics["records"] - metrics["quarantined"],
                  quarantined_rows=metrics["quarantined"], seconds=seconds)
@@ -214,20 +207,19 @@ class StreamBronzeJob(StreamingJob):
                              "(source.fail_on_data_loss is false)")
 
     def batch_rows(self, progress: BatchProgress) -> int:
-        done = [b["records"] for b in self.batches if b["batch_id"] == progress.batch_id]
-        return done[-1] if done else progress.input_rows
+        b = self.batches.get(progress.batch_id)
+        return b["records"] if b else progress.input_rows
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
-        done = [b for b in self.batches if b["batch_id"] == progress.batch_id]
-        if not done:
+        b = self.batches.get(progress.batch_id)
+        if b is None:
             return super().batch_figures(progress)
-        b = done[-1]
         return {"rows_in": b["records"], "rows_out": b["records"] - b["quarantined"],
                 "quarantined": b["quarantined"]}
 
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
-        done = [b["seconds"] for b in self.batches if b["batch_id"] == batch_id]
-        return dict(done[-1]) if done else {}
+        b = self.batches.get(batch_id)
+        return dict(b["seconds"]) if b else {}
 
     def _await(self, query: StreamingQuery) -> RunStatus:
         try:
@@ -241,8 +233,8 @@ class StreamBronzeJob(StreamingJob):
 
     # ------------------------------------------------------------------ after the query
     def finish(self) -> dict[str, int]:
-        records = sum(b["records"] for b in self.batches)
-        quarantined = sum(b["quarantined"] for b in self.batches)
+        records = sum(b["records"] for b in self.batches.values())
+        quarantined = sum(b["quarantined"] for b in self.batches.values())
         self.log.info("bronze.run.counted", records_read=records,
                       bronze_rows=records - quarantined, quarantined_rows=quarantined,
                       offset_jumps=len(self.offsets_lost))

@@ -3,11 +3,19 @@ into Delta. The spec's model is chosen by ``source.format``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
+
 from bronze.commands import add_commands
 from bronze.spec import BronzeTableSpec, SourceFormat
 from bronze.streams import StreamFormat, StreamTableSpec
-from framework.config.model import Layer, TableSpec
+from framework.config.model import Layer, Table, TableSpec
+from framework.errors import ConfigError
 from framework.layers import JobFactory, Kinds, LayerPlugin, Planner
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 
 def _job(spec: TableSpec) -> JobFactory:
@@ -20,9 +28,28 @@ def _job(spec: TableSpec) -> JobFactory:
     return BronzeJob
 
 
-def _planner() -> Planner:
-    from bronze.batch import planned_schema
+def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
+                   StructType]) -> tuple[StructType | None, list[ConfigError]]:
+    """The bronze table's schema from its spec alone (``framework.layers.Planner``)."""
+    from framework.sqlcheck import parse_schema
 
+    spec = cast(BronzeTableSpec | StreamTableSpec, table.spec)
+    if not spec.source.schema_:
+        return None, []
+    try:
+        records = parse_schema(spec.source.schema_)
+    except ValueError:  # reported by the parse of the spec's SQL
+        return None, []
+    if isinstance(spec, StreamTableSpec):
+        from bronze.kafka import stream_schema
+
+        return stream_schema(spec, records), []
+    from bronze.batch import bronze_schema
+
+    return bronze_schema(spec, records), []
+
+
+def _planner() -> Planner:
     return planned_schema
 
 

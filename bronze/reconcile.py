@@ -1,22 +1,32 @@
-"""After a run: the landing files of committed batches leave landing, and the ledger says so.
+"""Settling landing files: out of landing once their batch's rows and ledger rows commit.
 
-Spark's ``cleanSource`` moves a batch's files only when the next batch starts, so the last
-batch's files would stay in landing forever. :class:`Reconciler` archives (or deletes) the files
-of every batch the checkpoint has committed, moves failed files whole to the quarantine folder,
-and replaces those batches' ledger rows in one commit (``replaceWhere`` on the batch partition:
-Delta drops the partition's files without reading them, where a MERGE of the same rows ran a
-dozen Spark jobs). A file is never moved before its batch commits.
+In each micro-batch, once its rows are committed to bronze and its quarantine, the batch's
+ledger rows are appended as they will stand once its files are settled (``archived`` with the
+archive path, ``deleted``, or ``quarantined`` with the quarantine folder's path for a failed
+file), and then the files are moved (:meth:`Reconciler.settle`), before Spark commits the batch
+to its checkpoint. The ledger commit comes first so that it is the point of no return: a batch
+replayed after a crash finds its ledger rows (the commit is tagged with the batch) and only
+finishes the moves, without reading its files again. A file whose move the store refuses goes
+back to ``ingested`` (or ``failed``) in the ledger, at its landing path, in the same batch
+(``replaceWhere`` on the batch's partition): the next reconcile tries again. The window in
+which the ledger is ahead of the files is the batch's own moves.
 
-The files settled are this run's (the ledger rows it appended); the checkpoint keeps a mark
-(``reconciled/<batch>``) of the last batch whose files are all settled, written after the
-ledger commit, so only when an earlier run left files behind is the ledger read for them. An
-interrupted reconcile is repaired by the next run: a file already moved is recognised at its
-target.
+After the query, :meth:`Reconciler.reconcile` settles what is left: the files whose move was
+refused, and what an earlier run left. The checkpoint keeps a mark (``reconciled/<batch>``) of
+the last batch whose files are all settled, so only when an earlier run left files behind is
+the ledger read for them. A file already moved is recognised at its target.
 
-Archive times: the files archived by a reconcile are listed in a manifest under the archive
-folder (``_manifests/<ms>.json``, written before the ledger commit), so that ``purge-archive``
-ages them from when they were archived (:func:`purge_archive`), on any store: a file keeps its
-landing time when it is renamed, and a backlog ingested late must not be purged soon after.
+Spark's own ``cleanSource`` is not used: it moves a batch's files only when the next batch
+starts, so the last batch's files stayed in landing until a reconcile after the query moved
+them and replaced their ledger rows, a second ledger commit in every run. That replace rebuilt
+the ledger's state (which files hold the batch's partition) and cost 0.8 to 1.4 s of a bronze
+run of a million records (``bench/bronze_ingest.py``), more as the ledger grows; an append
+needs no state.
+
+Archive times: the files archived are listed in a manifest under the archive folder
+(``_manifests/<ms>.json``), so that ``purge-archive`` ages them from when they were archived
+(:func:`purge_archive`), on any store: a file keeps its landing time when it is renamed, and a
+backlog ingested late must not be purged soon after.
 """
 
 from __future__ import annotations
@@ -30,10 +40,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze.ledger import LEDGER_SCHEMA, FileStatus
+from bronze.ledger import FileStatus, ledger_frame
 from bronze.spec import CleanSource
 from framework.checkpoint import last_committed_batch, last_reconciled_batch, mark_reconciled
-from framework.delta import literal_rows, replace_rows
+from framework.delta import replace_rows
 from framework.errors import StorageError
 from framework.storage import FileInfo, Storage, archive_target, local_path
 
@@ -45,11 +55,11 @@ def settle_file(storage: Storage, path: str, status: str, mode: CleanSource,
     """Move an ingested file to the archive (or delete it), or a failed one to the quarantine
     folder; returns its new status and location, or None if it is not there (yet).
 
-    Safe to repeat: a file already moved (by Spark's cleanSource or an interrupted earlier
-    call) is recognised at its target.
+    ``status`` is the file's ledger status: ``ingested`` or ``failed``, or what it will be once
+    settled. Safe to repeat: a file already moved is recognised at its target.
     """
     archived_at = archive_target(archive_dir, path)
-    if status == FileStatus.FAILED:
+    if status in FAILED:
         target = archive_target(quarantine_dir, path)
         moved = storage.try_move(path, target) or storage.try_move(archived_at, target)
         return (FileStatus.QUARANTINED, target) if moved or storage.exists(target) else None
@@ -63,8 +73,12 @@ def settle_file(storage: Storage, path: str, status: str, mode: CleanSource,
     return None
 
 
+# Statuses of a failed file: before its move, and once (or as it will be once) moved.
+FAILED = {FileStatus.FAILED, FileStatus.QUARANTINED}
+
+
 class Reconciler:
-    """Settles the landing files of a feed's committed batches (see the module's text)."""
+    """Settles the landing files of a feed's batches (see the module's text)."""
 
     def __init__(self, spark: SparkSession, storage: Storage, *, checkpoint: str, ledger: str,
                  mode: CleanSource, archive_dir: str, quarantine_dir: str, log: Any) -> None:
@@ -76,6 +90,28 @@ class Reconciler:
         self.archive_dir = archive_dir
         self.quarantine_dir = quarantine_dir
         self.log = log
+
+    def planned(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A ledger row as it will stand once its file is settled."""
+        if row["status"] == FileStatus.FAILED:
+            return row | {"status": FileStatus.QUARANTINED.value,
+                          "location": archive_target(self.quarantine_dir, row["path"])}
+        if row["status"] == FileStatus.INGESTED and self.mode is CleanSource.ARCHIVE:
+            return row | {"status": FileStatus.ARCHIVED.value,
+                          "location": archive_target(self.archive_dir, row["path"])}
+        if row["status"] == FileStatus.INGESTED and self.mode is CleanSource.DELETE:
+            return row | {"status": FileStatus.DELETED.value, "location": None}
+        return dict(row)
+
+    def settle(self, batch_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
+        """Move the files of a batch whose ledger rows (as :meth:`planned`) are committed;
+        rows whose file could not be moved go back to their status before the move, in the
+        ledger too. Returns the files archived, deleted, quarantined and left in landing."""
+        wanted = {r["path"]: (r["status"], r["location"]) for r in rows}
+        counted = self._move({batch_id: rows}, set(FileStatus))
+        if any((r["status"], r["location"]) != wanted[r["path"]] for r in rows):
+            self._replace({batch_id: rows}, [batch_id])
+        return counted
 
     def reconcile(self, run_rows: dict[int, list[dict[str, Any]]], *, read_ledger: bool
                   ) -> dict[str, int]:
@@ -92,16 +128,33 @@ class Reconciler:
         if read_ledger or last_reconciled_batch(self.checkpoint, self.storage,
                                                 failed_only=failed_only) < start - 1:
             batches |= self._unsettled(committed, pending, skip=batches)
-        now = datetime.now(UTC).replace(tzinfo=None)
-        counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0}
-        changed: list[int] = []
-        archived: list[str] = []
-        unsettled = 0
         self.log.debug("bronze.landing.reconciling", committed_batch=committed,
                        batches=len(batches))
+        before = {b: [r["status"] for r in rows] for b, rows in batches.items()}
+        counted = self._move(batches, pending)
+        changed = [b for b, rows in sorted(batches.items())
+                   if [r["status"] for r in rows] != before[b]]
+        if changed:
+            self._replace(batches, changed)
+        if not counted["files_unsettled"] and committed >= 0:
+            mark_reconciled(self.checkpoint, committed, self.storage, failed_only=failed_only)
+        log = self.log.warning if counted["files_unsettled"] else self.log.info
+        log("bronze.landing.reconciled", committed_batch=committed, **counted)
+        return counted
+
+    def _move(self, batches: dict[int, list[dict[str, Any]]], statuses: set[FileStatus]
+              ) -> dict[str, int]:
+        """Settle the files of the rows in one of ``statuses``, updating the rows: a file
+        settled gets its new status and location, one that is not there (yet) the status it
+        has before a move, at its landing path. The files archived go to a manifest."""
+        now = datetime.now(UTC).replace(tzinfo=None)
+        counted = {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0,
+                   "files_unsettled": 0}
+        archived: list[str] = []
         for batch_id, rows in sorted(batches.items()):
             for row in rows:
-                if row["status"] not in pending:
+                if row["status"] not in statuses or (
+                        self.mode is CleanSource.OFF and row["status"] not in FAILED):
                     continue
                 try:
                     settled = settle_file(self.storage, row["path"], row["status"], self.mode,
@@ -111,30 +164,28 @@ class Reconciler:
                                      batch_id=batch_id, error=str(exc))
                     settled = None
                 if settled is None:
-                    unsettled += 1
+                    counted["files_unsettled"] += 1
+                    status = FileStatus.FAILED if row["status"] in FAILED \
+                        else FileStatus.INGESTED
+                    row["status"], row["location"] = status.value, row["path"]
                     continue
-                status, row["location"] = settled
-                row["status"], row["updated_at"] = status.value, now
+                status, location = settled
+                if (row["status"], row["location"]) != (status.value, location):
+                    row["status"], row["location"], row["updated_at"] = \
+                        status.value, location, now
                 counted[f"files_{status.value}"] += 1
-                if status is FileStatus.ARCHIVED and row["location"]:
-                    archived.append(row["location"])
-                if not changed or changed[-1] != batch_id:
-                    changed.append(batch_id)
+                if status is FileStatus.ARCHIVED and location:
+                    archived.append(location)
         if archived:
             self._write_manifest(archived)
-        if changed:
-            self.log.debug("bronze.ledger.replacing", batches=changed)
-            df = literal_rows(
-                self.spark,
-                [tuple(r[f] for f in LEDGER_SCHEMA.names) for b in changed for r in batches[b]],
-                LEDGER_SCHEMA)
-            replace_rows(df, self.ledger, f"batch_id IN ({', '.join(map(str, changed))})")
-        if not unsettled and committed >= 0:
-            mark_reconciled(self.checkpoint, committed, self.storage, failed_only=failed_only)
-        counted["files_unsettled"] = unsettled
-        log = self.log.warning if unsettled else self.log.info
-        log("bronze.landing.reconciled", committed_batch=committed, **counted)
         return counted
+
+    def _replace(self, batches: dict[int, list[dict[str, Any]]], changed: list[int]) -> None:
+        """Replace the ledger rows of the ``changed`` batches in one commit (the batches'
+        partitions: Delta drops their files without reading them)."""
+        self.log.debug("bronze.ledger.replacing", batches=changed)
+        replace_rows(ledger_frame(self.spark, [r for b in changed for r in batches[b]]),
+                     self.ledger, f"batch_id IN ({', '.join(map(str, changed))})")
 
     def _unsettled(self, committed: int, pending: set[FileStatus], skip: Iterable[int]
                    ) -> dict[int, list[dict[str, Any]]]:

@@ -21,6 +21,10 @@ from collections.abc import Callable
 
 from framework.storage import Storage, storage_for
 
+# The folders of the job's own marks, next to Spark's logs: the batch up to which the files are
+# settled (bronze's reconcile), and up to which the run history has a row per batch.
+RECONCILED = "reconciled"
+RECORDED = "recorded"
 # The suffix of a reconciled mark that settled failed files only (see mark_reconciled).
 FAILED_ONLY = ".failed"
 
@@ -79,7 +83,7 @@ def last_reconciled_batch(checkpoint: str, storage: Storage | None = None, *,
         mark = _mark(name)
         return mark[0] if mark and (failed_only or not mark[1]) else None
 
-    return _last_logged(_reconciled(checkpoint), storage, counted)
+    return _last_logged(_marks(checkpoint, RECONCILED), storage, counted)
 
 
 def mark_reconciled(checkpoint: str, batch_id: int, storage: Storage | None = None, *,
@@ -92,9 +96,27 @@ def mark_reconciled(checkpoint: str, batch_id: int, storage: Storage | None = No
     ``failed_only``: only failed files were to be settled (``cleanSource`` off leaves ingested
     files in landing). That mark is ``<batch_id>.failed`` and does not count for a run that
     archives or deletes ingested files, which then finds them in the ledger."""
-    folder = _reconciled(checkpoint)
+    _write_mark(_marks(checkpoint, RECONCILED), f"{batch_id}{FAILED_ONLY if failed_only else ''}",
+                batch_id, storage)
+
+
+def last_recorded_batch(checkpoint: str, storage: Storage | None = None) -> int:
+    """The batch up to which every committed batch has its run history row (see
+    :func:`mark_recorded`), or -1 when none was marked."""
+    return _last_logged(_marks(checkpoint, RECORDED), storage)
+
+
+def mark_recorded(checkpoint: str, batch_id: int, storage: Storage | None = None) -> None:
+    """Record that every committed batch up to ``batch_id`` has its row in the run history
+    (``recorded/<batch_id>``, the earlier marks removed), after the append that wrote them: a
+    start whose last committed batch is marked reads nothing of the history."""
+    _write_mark(_marks(checkpoint, RECORDED), str(batch_id), batch_id, storage)
+
+
+def _write_mark(folder: str, name: str, batch_id: int, storage: Storage | None) -> None:
+    """An empty file ``folder/name``, and the marks of earlier batches removed."""
     store = storage or storage_for(folder)
-    target = f"{folder}/{batch_id}{FAILED_ONLY if failed_only else ''}"
+    target = f"{folder}/{name}"
     if not store.exists(target):
         store.write_bytes(target, b"")
     for f in list(store.list_files(folder)):
@@ -113,8 +135,8 @@ def _batch_id(name: str) -> int | None:
     return int(name) if name.isdigit() else None
 
 
-def _reconciled(checkpoint: str) -> str:
-    return checkpoint.rstrip("/") + "/reconciled"
+def _marks(checkpoint: str, kind: str) -> str:
+    return f"{checkpoint.rstrip('/')}/{kind}"
 
 
 def _last_logged(folder: str, storage: Storage | None,

@@ -248,6 +248,7 @@ class Job(ABC):
         # After a forced interrupt nothing more runs: the next run settles what this one left.
         if not interrupted:
             self.report(summary)
+            self.recorder.flush_in_background()  # while the job finishes
         if not interrupted and (summary.status is not RunStatus.FAILED or self.started):
             try:
                 summary.counts = self._step("finish", self.finish)
@@ -263,6 +264,7 @@ class Job(ABC):
         # batch more than once reports its own figure.
         summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
         if not interrupted:
+            self.recorder.wait()
             self._record(summary)
         summary.duration_s = time.monotonic() - began
         self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
@@ -334,6 +336,7 @@ class StreamingJob(Job):
         # The job's own file operations (checkpoint logs, landing files): through the
         # session's Hadoop file system, whatever the lake's scheme, with Spark's credentials.
         self.files = storage_for(table.env.root, table.env, spark)
+        self.recorder.checkpoint = (table.checkpoint, self.files)
         # Why a micro-batch failed, in words, when the job knows better than the stack trace
         # Spark wraps around it (a broken expectation, say).
         self.batch_error: str | None = None

@@ -15,7 +15,6 @@ in :data:`PLOTS`; a plot with no figure over the period says so instead of showi
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from framework.config.model import ProjectConfig
 from framework.errors import UsageError
 from framework.history import RunHistory
 from framework.status import TableStatus, table_status
+from framework.text import period_ms
 
 # id -> title of every plot on the page, in order
 PLOTS = {
@@ -40,17 +40,16 @@ PLOTS = {
     "backlog": "Landing backlog now (files waiting; a Kafka feed: records behind)",
     "state-rows": "Rows in the streaming state",
 }
-UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 FAILURES_SHOWN = 20
 
 
 def parse_since(text: str) -> timedelta:
     """``30m``, ``12h``, ``7d``, ``2w`` as a period."""
-    match = re.fullmatch(r"\s*(\d+)\s*([mhdw])\s*", text)
-    if not match:
+    ms = period_ms(text)
+    if ms is None:
         raise UsageError(f"expected a period such as 30m, 12h, 7d or 2w for --since, "
                          f"found {text!r}")
-    return timedelta(**{UNITS[match.group(2)]: int(match.group(1))})
+    return timedelta(milliseconds=ms)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,20 @@
-"""Plain-text tables for a person at a terminal."""
+"""Text for and from a person at a terminal: plain-text tables, periods such as ``30d``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
+
+PERIOD = re.compile(r"^\s*(?P<n>\d+)\s*(?P<unit>w|weeks?|d|days?|h|hours?|m|minutes?)\s*$")
+UNIT_MS = {"w": 604_800_000, "d": 86_400_000, "h": 3_600_000, "m": 60_000}
+
+
+def period_ms(text: str) -> int | None:
+    """``2w``, ``30d``, ``12h`` or ``90m`` (also ``30 days``...) in milliseconds; None for
+    text that is not a period."""
+    m = PERIOD.match(text)
+    return int(m.group("n")) * UNIT_MS[m.group("unit")[0]] if m else None
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]], sep: str = " | ") -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bronze.job import FileStatus, settle_file
-from bronze.reconcile import purge_archive
+from bronze.ledger import FileStatus
+from bronze.reconcile import purge_archive, settle_file
 from bronze.spec import CleanSource
 from framework.cli import main
 from framework.config.model import AzureStorage, Environment, Runtime
@@ -150,7 +150,7 @@ def test_reconciliation_and_purge_give_the_same_results_on_local_disk_and_adls(
     lake.put("landing/orders/old.json", b"1\n", now - timedelta(days=40))
     lake.put("landing/orders/new.json", b"2\n", now - timedelta(days=1))
     lake.put("landing/orders/broken.json.gz", b"\x1f\x8b", now - timedelta(days=1))
-    # a file Spark's cleanSource archived already: only its ledger status is behind
+    # a file archived already (a batch's move, before a stop): only its ledger status is behind
     early = archive_target(archive, f"{landing}/early.json")
     lake.put(early.removeprefix(lake.root + "/"), b"0\n", now - timedelta(days=45))
     pending = [("old.json", FileStatus.INGESTED), ("new.json", FileStatus.INGESTED),

@@ -229,11 +229,13 @@ def test_landing_drains_into_the_archive_and_the_ledger_tracks_every_file(
     assert files_under(landing) == []
     archived = archived_files(lakehouse.path("archive", "orders"))
     assert len(archived) == 9
-    # archived now: the archive's manifest says when (purge-archive ages files from it)
-    (manifest,) = lakehouse.path("archive", "orders", "_manifests").glob("*.json")
-    listed = json.loads(manifest.read_text())
-    assert sorted(listed["files"]) == sorted(map(str, archived))
-    assert abs(listed["archived_at_ms"] / 1000 - time.time()) < 300
+    # archived in each batch, once its rows and ledger rows committed: each batch's manifest
+    # says when (purge-archive ages files from it)
+    manifests = sorted(lakehouse.path("archive", "orders", "_manifests").glob("*.json"))
+    listed = [json.loads(m.read_text()) for m in manifests]
+    assert [len(m["files"]) for m in listed] == [3, 3, 3]
+    assert sorted(f for m in listed for f in m["files"]) == sorted(map(str, archived))
+    assert all(abs(m["archived_at_ms"] / 1000 - time.time()) < 300 for m in listed)
     # Spark's archive layout: the archive folder plus the file's full path
     assert all(str(landing).lstrip("/") in str(p) for p in archived)
     table = lakehouse.project().table("orders")
@@ -265,7 +267,7 @@ def test_reconcile_repairs_an_interrupted_archive(
     assert statuses == ["archived"] * 4
 
 
-def test_files_left_by_a_run_stopped_before_archiving_are_archived_by_the_next(
+def test_a_batch_stopped_while_archiving_is_finished_by_the_next_run_without_a_read(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
     lakehouse.add_table("bronze", "orders", bronze_spec())
@@ -273,20 +275,37 @@ def test_files_left_by_a_run_stopped_before_archiving_are_archived_by_the_next(
     write_order_files(landing, files=3, per_file=2)
     table = lakehouse.project().table("orders")
 
-    class StoppedBeforeArchiving(BronzeJob):
-        def reconcile(self) -> dict[str, int]:
-            raise StorageError("the driver stopped here")
+    class StoppedWhileArchiving(BronzeJob):
+        """The driver stops after the batch's ledger commit, with one file archived."""
 
-    stopped = StoppedBeforeArchiving(spark, table, RunContext()).run()
+        def reconciler(self) -> Reconciler:
+            made = super().reconciler()
+            settle = made.settle
+
+            def one_then_stop(batch_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
+                settle(batch_id, rows[:1])
+                raise StorageError("the driver stopped here")
+
+            made.settle = one_then_stop  # type: ignore[method-assign]
+            return made
+
+    stopped = StoppedWhileArchiving(spark, table, RunContext()).run()
     assert stopped.status is RunStatus.FAILED
-    assert len(files_under(landing)) == 3 and last_committed_batch(table.checkpoint) == 0
-    assert last_reconciled_batch(table.checkpoint) == -1
+    assert len(files_under(landing)) == 2 and last_committed_batch(table.checkpoint) == -1
+    ledger = spark.read.format("delta").load(table.companion_location("files"))
+    assert [r["status"] for r in ledger.collect()] == ["archived"] * 3  # as they will stand
 
+    # The next start replays batch 0 (one of its files gone from landing): its rows and ledger
+    # rows are in, so it only finishes the moves; then the new file's batch.
     write_order_files(landing, files=1, per_file=2, start=100, prefix="late")
     summary = run_bronze(spark, lakehouse)
-    assert summary.counts["files_archived"] == 4  # the batch left behind, and the new one
+    # the run committed both batches (batch 0's rows were written before the stop, once)
+    assert summary.batches == 2 and summary.rows_out == 8
+    assert spark.table(table.full_name).count() == 8
+    assert spark.table(table.full_name).select("order_id").distinct().count() == 8
+    assert summary.counts["files_archived"] == 4  # batch 0's (one already there), batch 1's
     assert files_under(landing) == []
-    ledger = spark.read.format("delta").load(table.companion_location("files"))
+    assert len(archived_files(lakehouse.path("archive", "orders"))) == 4
     got = ledger.groupBy("batch_id", "status").count()
     expected = spark.createDataFrame([(0, "archived", 3), (1, "archived", 1)],
                                      "batch_id BIGINT, status STRING, count BIGINT")

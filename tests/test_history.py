@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from bronze.job import BronzeJob
+from framework.checkpoint import last_recorded_batch, mark_recorded
 from framework.config.model import Layer
 from framework.history import RUNS_SCHEMA
 from framework.identifiers import quote_path
@@ -57,11 +59,17 @@ def test_one_row_per_batch_with_the_summary_counts_and_lost_rows_recovered(
     assert all({"addBatch", "write", "ledger"} <= set(r["durations_ms"]) for r in rows)
     query = rows[0]["query_id"]
     assert query and {r["query_id"] for r in rows} == {query}
+    checkpoint = lakehouse.project().table("orders", Layer.BRONZE).checkpoint
+    assert last_recorded_batch(checkpoint) == 2
+    history = quote_path(str(lakehouse.path("tables", "ops", "runs")))
 
-    # A driver stopped after committing batches 1 and 2 but before appending their rows: the
-    # next start writes a row for each, marked recovered, then the rows of its own batches.
-    spark.sql(f"DELETE FROM {quote_path(str(lakehouse.path('tables', 'ops', 'runs')))} "
-              "WHERE batch_id >= 1")
+    # A driver stopped after committing batches 1 and 2 but before appending their rows (its
+    # mark is still at batch 0): the next start reads the history for the batches after the
+    # mark, writes a row for each, marked recovered, then the rows of its own batches.
+    spark.sql(f"DELETE FROM {history} WHERE batch_id >= 1")
+    for mark in (Path(checkpoint) / "recorded").iterdir():
+        mark.unlink()
+    mark_recorded(checkpoint, 0)
     write_json_lines(landing / "part-3.json", [order(100 + i) for i in range(5)])
     summary, second = _run(spark, lakehouse)
 
@@ -72,8 +80,15 @@ def test_one_row_per_batch_with_the_summary_counts_and_lost_rows_recovered(
     assert rows[1]["rows_in"] is None and rows[1]["ended_at"] is not None
     assert rows[3]["rows_in"] == summary.rows_in == 5
     assert {r["query_id"] for r in rows} == {query}
+    assert last_recorded_batch(checkpoint) == 3
 
     # Nothing new: no batch, no row
     summary, _ = _run(spark, lakehouse)
     assert summary.batches == 0
     assert len(run_history(spark, lakehouse, name)) == 4
+
+    # A start whose last committed batch is marked does not read the history: a row deleted
+    # behind the mark's back is not looked for.
+    spark.sql(f"DELETE FROM {history} WHERE batch_id = 3")
+    _run(spark, lakehouse)
+    assert len(run_history(spark, lakehouse, name)) == 3

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from framework.storage.base import (
     uploading_name,
 )
 from framework.storage.local import LocalStorage
+from framework.text import period_ms
 
 if TYPE_CHECKING:
     from framework.config.model import Environment
@@ -95,9 +95,6 @@ def storage_for(path: str, env: Environment | None = None, spark: Any = None) ->
     return factory(path, env)
 
 
-RETENTION = re.compile(r"^\s*(?P<n>\d+)\s*(?P<unit>d|days?|h|hours?|m|minutes?)\s*$")
-
-
 def land(storage: Storage, files: Sequence[str], folder: str, *, keep_times: bool = False,
          on_landed: Callable[[str, FileInfo], None] | None = None) -> list[FileInfo]:
     """Upload local ``files`` into ``folder`` in the order given, each with a modification
@@ -153,9 +150,8 @@ def _wait_past(ms: int, resolution: int) -> None:
 
 
 def parse_retention(text: str) -> int:
-    """``30d``, ``12h`` or ``90m`` (also ``30 days``...) in milliseconds."""
-    m = RETENTION.match(text)
-    if not m:
+    """``30d``, ``12h``, ``90m`` or ``2w`` (also ``30 days``...) in milliseconds."""
+    ms = period_ms(text)
+    if ms is None:
         raise StorageError(f"expected a retention such as 30d, 12h or 90m, found {text!r}")
-    unit = {"d": 86_400_000, "h": 3_600_000, "m": 60_000}[m.group("unit")[0]]
-    return int(m.group("n")) * unit
+    return ms
