@@ -65,7 +65,7 @@ def test_continuous_mode_picks_up_new_files_until_stopped(
 
     def wait_for(rows: int) -> None:
         deadline = time.monotonic() + 180
-        while sum(b.good for b in job.batches) < rows:
+        while sum(b.good for b in list(job.batches.values())) < rows:
             assert time.monotonic() < deadline, f"timed out waiting for {rows} rows"
             assert runner.is_alive(), result
             time.sleep(0.5)
