@@ -9,14 +9,21 @@ files (new names) for each. The sides:
 - ``framework``: the whole bronze job (strict reads, the corrupt-record path, the rescued column,
   the ingestion columns, the quarantine split, the file ledger, archiving the files);
 - ``framework, no rescue``: the same with ``rescued_column: null``;
-- ``same work``: a hand-written query doing the same work per record: lines read as text, parsed
-  with ``from_json`` and a corrupt-record column, the rescued-keys column, the five ingestion
-  columns (source file, its time and size, ingestion time, batch id), appended exactly once
-  (``foreachBatch`` with Delta's ``txnAppId``/``txnVersion``);
+- ``same work``: a hand-written query doing the same work per record: lines read as text,
+  checked to be UTF-8, each parsed as strict JSON holding exactly one object
+  (``try_parse_json``) and with ``from_json`` against the schema with a corrupt-record column,
+  keys outside the schema and values that do not fit their type rescued as typed JSON (the
+  framework's own expressions, :func:`bronze.reading.parse_json_lines`), the five ingestion
+  columns (source file, its time and size, ingestion time, batch id), the good rows appended
+  exactly once (``foreachBatch`` with Delta's ``txnAppId``/``txnVersion``);
 - ``bare``: ``readStream.json`` with the schema into Delta's streaming sink.
 
     python bench/bronze_ingest.py [--records 1000000] [--files 200] [--rounds 3]
-                                  [--max-files-per-trigger N] [--growth]
+                                  [--max-files-per-trigger N] [--growth] [--drift]
+
+``--drift`` makes the feed change shape as a producer does: from the middle file on every record
+carries a new key (``channel``), and one record in fifty has its quantity as text (``"7"``):
+both are rescued (``schema_evolution: rescue``, the default).
 
 It prints ``ratio_same_work`` (framework / same work, rows per second), ``ratio_bare``
 (framework / bare) and ``ratio_no_rescue`` (framework without the rescued column / bare);
@@ -41,11 +48,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from bench.common import BenchLakehouse
+from bronze.conform import Conformer
 from bronze.job import BronzeJob
-from bronze.reading import rescued_keys
+from bronze.reading import parse_json_lines
+from bronze.spec import SchemaEvolution
 from framework.config.loader import load_project
 from framework.job import RunContext, RunStatus
 
@@ -55,9 +64,10 @@ SCHEMA = (
 )
 
 
-def generate(folder: Path, records: int, files: int) -> None:
-    """JSON Lines order events, written once and reused while the sizes match."""
-    stamp = folder / f".complete-{records}-{files}"
+def generate(folder: Path, records: int, files: int, drift: bool = False) -> None:
+    """JSON Lines order events, written once and reused while the sizes match; with
+    ``drift``, a new key from the middle file on and a quantity as text in 1 record of 50."""
+    stamp = folder / f".complete-{records}-{files}{'-drift' if drift else ''}"
     if stamp.exists():
         return
     shutil.rmtree(folder, ignore_errors=True)
@@ -68,7 +78,7 @@ def generate(folder: Path, records: int, files: int) -> None:
     for f in range(files):
         lines = []
         for _ in range(per_file if f < files - 1 else records - per_file * (files - 1)):
-            lines.append(json.dumps({
+            event = {
                 "order_id": f"o{n:09d}",
                 "customer_id": f"c{n % 50_000:06d}",
                 "store_id": f"s{n % 300:04d}",
@@ -76,7 +86,12 @@ def generate(folder: Path, records: int, files: int) -> None:
                 "quantity": 1 + n % 7,
                 "unit_price": f"{(n % 10_000) / 100:.2f}",
                 "status": statuses[n % 4],
-            }))
+            }
+            if drift and f >= files // 2:
+                event["channel"] = ("store", "web", "app")[n % 3]
+            if drift and n % 50 == 7:
+                event["quantity"] = str(event["quantity"])
+            lines.append(json.dumps(event))
             n += 1
         (folder / f"orders-{f:05d}.json").write_text("\n".join(lines) + "\n")
     stamp.touch()
@@ -111,20 +126,18 @@ def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-de
     """The framework's work per record, by hand: text, from_json with a corrupt-record
     column, the rescued keys, the ingestion columns, an exactly-once Delta append."""
     schema = StructType.fromDDL(SCHEMA)
-    with_corrupt = StructType([*schema.fields, StructField("_corrupt_record", StringType())])
+    conformer = Conformer(schema, "_rescued_data", SchemaEvolution.RESCUE, {})
     started = time.perf_counter()
     reader = spark.readStream.format("text")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     raw = reader.load(str(landing)).where(F.trim("value") != "")
-    parsed = raw.select(F.from_json("value", with_corrupt, {
-        "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}).alias("r"),
-        "value", "_metadata")
+    raw = raw.where(F.when(F.is_valid_utf8("value"), F.lit(True))
+                    .otherwise(F.raise_error(F.lit("not UTF-8")).cast("boolean")))
+    parsed = parse_json_lines(raw, conformer, {}, 16 * 1024 * 1024, ["_metadata"])
     records = parsed.select(
-        *[F.col(f"r.{f.name}").alias(f.name) for f in schema.fields],
-        rescued_keys(schema).alias("_rescued_data"),  # the framework's own expression
-        F.when(F.col("r").isNull(), F.col("value")).otherwise(
-            F.col("r._corrupt_record")).alias("_corrupt_record"),
+        *[c for c in parsed.columns if c not in ("_metadata", "_corrupt_reason",
+                                                 "_dropped_columns")],
         F.col("_metadata.file_path").alias("_source_file"),
         F.col("_metadata.file_modification_time").alias("_file_modification_time"),
         F.col("_metadata.file_size").alias("_file_size"))
@@ -170,10 +183,12 @@ def main() -> None:
     parser.add_argument("--growth", action="store_true",
                         help="also time the framework on 10x the records in 10x the files")
     parser.add_argument("--data", default=".bench/bronze_ingest", help="cached input files")
+    parser.add_argument("--drift", action="store_true",
+                        help="a feed that changes shape: a new key halfway, quantities as text")
     args = parser.parse_args()
 
-    data = Path(args.data).resolve() / "input"
-    generate(data, args.records, args.files)
+    data = Path(args.data).resolve() / ("input-drift" if args.drift else "input")
+    generate(data, args.records, args.files, args.drift)
     lake = BenchLakehouse("bronze")
     work, conf, spark = lake.work, lake.conf, lake.spark
     for name, rescued in (("orders", "_rescued_data"), ("orders_no_rescue", None)):
@@ -239,6 +254,7 @@ def main() -> None:
         "files": args.files,
         "max_files_per_trigger": args.max_files_per_trigger,
         "rounds": args.rounds,
+        "drift": args.drift,
         "cores": os.cpu_count(),
         "seconds": {name: [round(t, 2) for t in s] for name, s in seconds.items()},
         "rows_per_s": {name: round(r) for name, r in rate.items()},

@@ -43,7 +43,7 @@ from bench.bronze_ingest import SCHEMA, generate
 from bench.common import BenchLakehouse
 from bronze.batch import BRONZE_PROPERTIES, split_batch
 from bronze.job import BronzeJob
-from bronze.reading import CORRUPT, read_records
+from bronze.reading import CORRUPT, FeedReader
 from framework.job import RunContext
 
 
@@ -99,7 +99,9 @@ def main() -> None:
     def bronze_reader(table: str) -> Callable[[], None]:
         def run() -> None:
             job = BronzeJob(spark, project.table(table), RunContext())
-            bronze_batch(job, read_records(job.spec, spark.read, files, schema), table)
+            frame = FeedReader(spark, job.spec, job.files).read(files, schema).frame
+            assert frame is not None
+            bronze_batch(job, frame, table)
         return run
 
     ways: dict[str, Callable[[], None]] = {

@@ -36,10 +36,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from bench.common import BenchLakehouse
-from bronze.reading import rescued_keys
+from bronze.conform import Conformer
+from bronze.reading import parse_json_lines
+from bronze.spec import SchemaEvolution
 from framework.job import RunContext, RunStatus
 from framework.layers import job_class
 from tests.kafka_broker import Broker, kafka_broker
@@ -88,22 +90,21 @@ def run_by_hand(lake: BenchLakehouse, broker: Broker, name: str, records: int) -
     """The framework's work per record, by hand."""
     spark = lake.spark
     schema = StructType.fromDDL(SCHEMA)
-    with_corrupt = StructType([*schema.fields, StructField("_corrupt_record", StringType())])
+    conformer = Conformer(schema, "_rescued_data", SchemaEvolution.RESCUE, {})
     out = lake.work / "by_hand" / name
     started = time.perf_counter()
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", TOPIC)
            .option("startingOffsets", "earliest").load())
-    parsed = raw.select(
-        F.from_json(F.col("value").cast("string"), with_corrupt, {
-            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}).alias("r"),
-        F.col("value").cast("string").alias("value"), "topic", "partition", "offset",
-        "timestamp", "key")
+    lines = raw.select(F.col("value").cast("string").alias("value"), "topic", "partition",
+                       "offset", "timestamp", "key")
+    parsed = parse_json_lines(lines, conformer, {}, 16 * 1024 * 1024,
+                              ["topic", "partition", "offset", "timestamp", "key"],
+                              origin=F.col("topic"))  # the framework's own expressions
     rows = parsed.select(
-        *[F.col(f"r.{f.name}").alias(f.name) for f in schema.fields],
-        rescued_keys(schema).alias("_rescued_data"),  # the framework's own expression
-        F.when(F.col("r").isNull(), F.col("value")).otherwise(
-            F.col("r._corrupt_record")).alias("_corrupt_record"),
+        *[c for c in parsed.columns if c not in ("_corrupt_reason", "_dropped_columns",
+                                                 "topic", "partition", "offset", "timestamp",
+                                                 "key")],
         F.col("topic").alias("_topic"), F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"), F.col("timestamp").alias("_kafka_timestamp"),
         F.col("key").cast("string").alias("_key"))

@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from bronze.reading import CORRUPT, CORRUPT_REASON
+from bronze.conform import CORRUPT, CORRUPT_REASON, DROPPED
 from bronze.spec import BronzeTableSpec
 from framework.config.model import SqlKind, Table
 from framework.delta import CHANGE_FEED
@@ -25,7 +25,7 @@ BATCH_ID = "_batch_id"
 RAW = "_raw"
 REASON = "_reason"
 MALFORMED = "malformed record: does not parse against the schema"
-INTERNAL = (CORRUPT, CORRUPT_REASON)  # the readers' columns that bronze does not keep
+INTERNAL = (CORRUPT, CORRUPT_REASON, DROPPED)  # the readers' columns that bronze does not keep
 
 METADATA_FIELDS = [
     StructField(SOURCE_FILE, StringType()),
@@ -88,11 +88,13 @@ class BatchSplit:
     good: DataFrame  # the bronze rows; writing them fills ``observation``
     # Records read and records to quarantine, in all and per source file (bronze.ledger)
     observation: Observation
+    rescued: str | None = None  # the rescued column, whose non-null values are counted
 
     def count(self) -> dict[str, int]:
         """The observation's figures, counted without writing (for a replayed batch whose
         append committed before the restart: it is not written again)."""
-        row = self.stamped.agg(*_counts(self.to_quarantine)).first()
+        row = self.stamped.agg(*_counts(self.to_quarantine, self.stamped.columns,
+                                        self.rescued)).first()
         assert row is not None  # an aggregate without grouping returns one row
         return row.asDict()
 
@@ -110,7 +112,7 @@ class BatchSplit:
 
 
 def split_batch(batch: DataFrame, name: str, batch_id: int,
-                to_quarantine: Column | None = None) -> BatchSplit:
+                to_quarantine: Column | None = None, rescued: str | None = None) -> BatchSplit:
     """The batch stamped with its ingestion time and id, and its bronze rows (those not to
     quarantine: by default the malformed ones); the records read and those to quarantine are
     counted as the rows are written."""
@@ -120,11 +122,19 @@ def split_batch(batch: DataFrame, name: str, batch_id: int,
     if to_quarantine is None:
         to_quarantine = F.col(CORRUPT).isNotNull()
     observation = Observation(f"bronze_{name}_{batch_id}")
-    observed = stamped.observe(observation, *_counts(to_quarantine))
+    observed = stamped.observe(observation, *_counts(to_quarantine, stamped.columns, rescued))
     good = observed.where(~to_quarantine).drop(*INTERNAL)
-    return BatchSplit(stamped, to_quarantine, good, observation)
+    return BatchSplit(stamped, to_quarantine, good, observation, rescued)
 
 
-def _counts(to_quarantine: Column) -> list[Column]:
-    return [F.count(F.lit(1)).alias("records"),
-            F.count_if(to_quarantine).alias("quarantined")]
+def _counts(to_quarantine: Column, columns: list[str], rescued: str | None = None
+            ) -> list[Column]:
+    """Records read, to quarantine, with a rescued value, and holding new columns that
+    ``schema_evolution: none`` ignores."""
+    counts = [F.count(F.lit(1)).alias("records"),
+              F.count_if(to_quarantine).alias("quarantined")]
+    if rescued and rescued in columns:
+        counts.append(F.count_if(F.col(rescued).isNotNull() & ~to_quarantine).alias("rescued"))
+    if DROPPED in columns:
+        counts.append(F.count_if(F.col(DROPPED).isNotNull()).alias("ignored"))
+    return counts

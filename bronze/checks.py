@@ -30,8 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from bronze.batch import INTERNAL, SOURCE_FILE, with_file_columns
-from bronze.reading import NOT_UTF8, literal, read_records
-from bronze.spec import BronzeTableSpec
+from bronze.reading import NOT_UTF8, FeedReader, literal
 from framework.errors import StorageError, first_line
 from framework.storage import FileInfo, Storage, from_uri
 
@@ -57,18 +56,22 @@ def unreadable(info: FileInfo | None) -> str | None:
 class FileChecks:
     """Reads a feed's files again, to find those that cannot be read whole."""
 
-    def __init__(self, spark: SparkSession, spec: BronzeTableSpec, schema: StructType,
+    def __init__(self, spark: SparkSession, reader: FeedReader, schema: StructType,
                  log: Any) -> None:
-        self.spark, self.spec, self.schema, self.log = spark, spec, schema, log
+        self.spark, self.reader, self.schema, self.log = spark, reader, schema, log
 
-    def read(self, files: Sequence[str]) -> DataFrame:
-        """A batch read of ``files``, as the stream reads them (with the file columns)."""
-        return with_file_columns(read_records(self.spec, self.spark.read, files, self.schema))
+    def read(self, files: Sequence[str]) -> DataFrame | None:
+        """A batch read of ``files``, as a batch reads them (with the file columns); None
+        when none can be read by name."""
+        frame = self.reader.read(files, self.schema).frame
+        return with_file_columns(frame) if frame is not None else None
 
     def probe(self, files: Sequence[str]) -> None:
         """Read ``files`` to the end (the format's checks included); raises when one cannot
         be."""
-        self.read(files).write.format("noop").mode("overwrite").save()
+        df = self.read(files)
+        if df is not None:
+            df.write.format("noop").mode("overwrite").save()
 
     def failing(self, error: BaseException, files: Sequence[str], batch_id: int
                 ) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Bronze's ``medallion`` commands: ``land``, ``purge-archive`` and ``infer-schema``."""
+"""Bronze's ``medallion`` commands: ``land``, ``purge-archive``, ``infer-schema`` and
+``schema``."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def add_commands(commands: Commands) -> None:
         "DDL into the spec file (it is never inferred at run time).")
     p.add_argument("table")
     p.add_argument("--force", action="store_true", help="replace an existing schema")
+
+    p = commands.add(
+        "schema", cmd_schema, help="print every schema a feed has had (or add columns)",
+        description="Print the schema history of a bronze feed of files: each version with "
+        "the batch it took effect at, why (created, spec, addNewColumns, added) and the "
+        "columns added or widened. With --add, add columns to the feed's table (nullable, at "
+        "the end) from the next batch on: the way to accept new columns that "
+        "failOnNewColumns refused.")
+    p.add_argument("table")
+    p.add_argument("--add", metavar="DDL",
+                   help="columns to add, e.g. \"channel STRING, qty BIGINT\"")
 
 
 def _spec(table: Table) -> BronzeTableSpec:
@@ -127,4 +139,46 @@ def cmd_infer_schema(args: argparse.Namespace) -> int:
     ddl = infer_schema(spark, table)
     write_schema(table, ddl, force=args.force)
     print(f"{table.source_file}: schema: {ddl}")
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from bronze.batch import METADATA_FIELDS
+    from bronze.evolution import SchemaCause, SchemaHistory
+    from framework.checkpoint import last_committed_batch
+    from framework.sqlcheck import parse_schema
+
+    project = project_of(args)
+    table = project.table(args.table, Layer.BRONZE)
+    spec = _spec(table)
+    spark = spark_for(project, "medallion-schema")
+    internal = [*([spec.rescued_column] if spec.rescued_column else []),
+                *[f.name for f in METADATA_FIELDS]]
+    history = SchemaHistory(spark, name=table.qualified("schemas"),
+                            location=table.companion_location("schemas"),
+                            bronze=table.location, internal=internal,
+                            log=get_logger(env=project.env.name, table=table.full_name))
+    location = table.companion_location("schemas")
+    if not storage_of(project, location, "medallion-schema").exists(f"{location}/_delta_log"):
+        raise UsageError(f"expected the schema history of {table.full_name}, found none: the "
+                         f"feed has not run yet ('medallion run bronze --table {table.name}')")
+    if args.add:
+        try:
+            added = parse_schema(args.add)
+        except ValueError as exc:
+            raise UsageError(f"expected columns as DDL for --add (e.g. \"channel STRING\"), "
+                             f"found {args.add!r}: {exc}") from exc
+        have = {f.name.lower() for f in history.table_records().fields}
+        taken = [f.name for f in added.fields if f.name.lower() in have]
+        if taken:
+            raise UsageError(f"expected new columns for --add, found {', '.join(taken)} "
+                             f"already in {table.full_name}")
+        next_batch = last_committed_batch(table.checkpoint, storage_of(
+            project, table.checkpoint, "medallion-schema")) + 1
+        history.add_columns({f.name: f.dataType for f in added.fields}, next_batch,
+                            cause=SchemaCause.ADDED)
+    rows = [[r["version"], r["batch_id"], str(r["recorded_at"])[:19], r["cause"],
+             r["added"] or "", r["widened"] or "", r["schema"]] for r in history.rows()]
+    print_table(["version", "from batch", "recorded", "cause", "added", "widened", "schema"],
+                rows)
     return EXIT_OK

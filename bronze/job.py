@@ -31,6 +31,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from bronze.batch import (
     BRONZE_PROPERTIES,
+    METADATA_FIELDS,
     QUARANTINE_SCHEMA,
     BatchSplit,
     bronze_schema,
@@ -39,6 +40,9 @@ from bronze.batch import (
     with_file_columns,
 )
 from bronze.checks import FileChecks, stat_or_none, unreadable
+from bronze.conform import schema_change_error
+from bronze.deliveries import Deliveries
+from bronze.evolution import SchemaHistory, addable
 from bronze.ledger import (
     LEDGER_SCHEMA,
     BatchCounts,
@@ -48,13 +52,13 @@ from bronze.ledger import (
     ledger_rows,
     read_batch,
 )
-from bronze.reading import read_records
+from bronze.reading import FeedReader
 from bronze.reconcile import Reconciler
-from bronze.spec import BronzeTableSpec, SourceFormat
-from framework.checkpoint import batch_source_files
+from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
+from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
-from framework.delta import change_feed_enabled, create_table
-from framework.errors import JobError
+from framework.delta import add_missing_columns, change_feed_enabled, create_table
+from framework.errors import JobError, SchemaChangeError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import timed
@@ -89,13 +93,16 @@ class BronzeJob(StreamingJob):
         # This run's ledger rows, by batch: what the reconciler settles without a read.
         self._ledger_rows: dict[int, list[dict[str, Any]]] = {}
         self.settled: dict[str, int] = {}  # files moved by the batches: archived, ...
+        self.schema_changes: dict[int, str] = {}  # batch id -> columns it added
         self.run_seconds: dict[str, float] = {}  # steps after the query ("reconcile")
         self._prepared = False
 
     # ------------------------------------------------------------------ steps
     def prepare(self) -> None:
         super().prepare()
-        self.schema = records_schema(self.table)
+        spec_schema = records_schema(self.table)
+        self.schema = spec_schema
+        self.spec_columns = spec_schema.names
         tables = {
             self.table.full_name: (bronze_schema(self.spec, self.schema), self.spec.description),
             self.quarantine_table: (QUARANTINE_SCHEMA,
@@ -108,9 +115,28 @@ class BronzeJob(StreamingJob):
             # A table made before the feed was recorded is read back whole (filtered by batch).
             self.change_feed[name] = created or change_feed_enabled(self.spark, location)
         # Partitioned by batch: the reconciler replaces a batch's rows by dropping its files.
-        create_table(self.spark, self.ledger_table, LEDGER_SCHEMA,
-                     self.locations[self.ledger_table], partition_by=["batch_id"],
-                     comment=f"One row per landing file of {self.table.name}, with its status")
+        ledger = self.locations[self.ledger_table]
+        if not create_table(self.spark, self.ledger_table, LEDGER_SCHEMA, ledger,
+                            partition_by=["batch_id"],
+                            comment=f"One row per landing file of {self.table.name}, "
+                            "with its status"):
+            add_missing_columns(self.spark, ledger, LEDGER_SCHEMA)
+        # The feed's schema is the table's: the spec's columns, then those added since.
+        internal = [*([self.spec.rescued_column] if self.spec.rescued_column else []),
+                    *[f.name for f in METADATA_FIELDS]]
+        self.history = SchemaHistory(
+            self.spark, name=self.table.qualified("schemas"),
+            location=self.table.companion_location("schemas"),
+            bronze=self.table.location, internal=internal, log=self.log)
+        self.history.ensure()
+        self.schema = self.history.apply_spec(
+            spec_schema, file=self.table.source_file,
+            batch_id=last_committed_batch(self.table.checkpoint, self.files) + 1)
+        self.reader = FeedReader(self.spark, self.spec, self.files)
+        # Files landed again under a name already read, before Spark lists landing.
+        self.deliveries = Deliveries.at_start(self.spark, self.files, self.table,
+                                              ledger=self.locations[self.ledger_table],
+                                              replayable=self.commits.replayable, log=self.log)
         self._prepared = True
 
     def read(self) -> DataFrame:
@@ -130,10 +156,12 @@ class BronzeJob(StreamingJob):
             reader = reader.option("maxFilesPerTrigger", src.max_files_per_trigger)
         if src.max_bytes_per_trigger:
             reader = reader.option("maxBytesPerTrigger", src.max_bytes_per_trigger)
-        return read_records(self.spec, reader, self.landing, self.schema)
-
-    def transform(self, df: DataFrame) -> DataFrame:
-        return with_file_columns(df)
+        if src.path_glob_filter:
+            reader = reader.option("pathGlobFilter", src.path_glob_filter)
+        reader = reader.option("recursiveFileLookup", src.recursive_file_lookup)
+        # The stream plans which files make each batch; its rows are never read: a batch
+        # reads its files by column name with the feed's schema of that batch (FeedReader).
+        return reader.format("text").load(self.landing)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
         return self.foreach_batch(df, self._process_batch)
@@ -150,21 +178,36 @@ class BronzeJob(StreamingJob):
             return
         files = {from_uri(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
                                                               storage=self.files)}
+        files = self.deliveries.unseen(files, batch_id)  # not those an earlier batch ingested
         stats = {f: stat_or_none(self.files, f) for f in files}
         failed = {f: why for f, info in stats.items() if (why := unreadable(info)) is not None}
-        checks = FileChecks(self.spark, self.spec, self.schema, log)
         seconds: dict[str, float] = {}
+        checks = FileChecks(self.spark, self.reader, self.schema, log)
         replayed = self._written(self.table.full_name, batch_id)
         log.debug("bronze.batch.started", files=len(files), unreadable_files=len(failed),
                   replayed=replayed)
         metrics = {"records": 0, "quarantined": 0}
+        notes: dict[str, str] = {}
         while readable := [f for f in files if f not in failed]:
-            source = batch if not failed else checks.read(readable)
-            split = split_batch(source, self.table.name, batch_id)
             try:
+                # (a pass over JSON keys for addNewColumns reads the files: one that cannot
+                # be read fails it as it would fail the write)
+                self._evolve(batch_id, readable, log)
+                records = self.reader.read(readable, self.schema, self.spec_columns)
+                if records.failed:  # files that cannot be read by name (a CSV header)
+                    log.warning("bronze.files.failed", files=records.failed)
+                    failed |= records.failed
+                    continue
+                assert records.frame is not None
+                notes = records.notes
+                split = split_batch(with_file_columns(records.frame), self.table.name,
+                                    batch_id, rescued=self.spec.rescued_column)
                 metrics = self._write_batch(split, batch_id, readable, replayed, seconds, checks)
                 break
+            except SchemaChangeError:
+                raise
             except Exception as exc:
+                self._refuse_schema_change(exc, batch_id)
                 culprits = checks.failing(exc, readable, batch_id)
                 if not culprits:
                     raise
@@ -179,7 +222,8 @@ class BronzeJob(StreamingJob):
                 if metrics["quarantined"] else {}
             rows, counts = ledger_rows(
                 batch_id, {f: (i.size, i.modified_ms) if i else (0, 0) for f, i in stats.items()},
-                failed, good, bad, self.spec.source.format is SourceFormat.PARQUET)
+                failed, good, bad, self.spec.source.format is SourceFormat.PARQUET, notes)
+        counts.rescued, counts.ignored = metrics.get("rescued", 0), metrics.get("ignored", 0)
         counts.seconds = seconds
         if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
             raise JobError(
@@ -191,7 +235,57 @@ class BronzeJob(StreamingJob):
         self._settle(batch_id, rows, counts)
         log.info("bronze.batch.committed", records=counts.records, bronze_rows=counts.good,
                  quarantined_rows=counts.quarantined, files=counts.files,
-                 failed_files=counts.failed_files, seconds=dict(counts.seconds))
+                 failed_files=counts.failed_files, rescued_rows=counts.rescued,
+                 ignored_column_rows=counts.ignored, seconds=dict(counts.seconds),
+                 **({"file_notes": notes} if notes else {}))
+
+    def _evolve(self, batch_id: int, files: Sequence[str], log: Any) -> None:
+        """Before a batch is read: in ``addNewColumns``, add its new columns to the table
+        (and the schema history); in ``failOnNewColumns``, refuse a CSV or Parquet file with
+        new columns (JSON keys are refused as the batch is read)."""
+        mode = self.spec.source.schema_evolution
+        if not files or mode not in (SchemaEvolution.ADD_NEW_COLUMNS,
+                                     SchemaEvolution.FAIL_ON_NEW_COLUMNS):
+            return
+        if mode is SchemaEvolution.FAIL_ON_NEW_COLUMNS and \
+                self.spec.source.format is SourceFormat.JSON:
+            return
+        new = self.reader.new_columns(files, self.schema)
+        if not new:
+            return
+        if mode is SchemaEvolution.FAIL_ON_NEW_COLUMNS:
+            path = next(iter(new.values()))[1]
+            self._schema_change(batch_id, path, ", ".join(f"new column {n}" for n in new))
+        taken = {n: t for n, (t, _) in new.items() if addable(n)}
+        if len(taken) < len(new):
+            log.warning("bronze.schema.not_added", batch_id=batch_id,
+                        columns=sorted(set(new) - set(taken)),
+                        reason="a name Delta refuses (space or one of ,;{}()=): rescued")
+        if taken:
+            self.schema = self.history.add_columns(taken, batch_id)
+            self.schema_changes[batch_id] = "added " + ", ".join(
+                f"{n} {t.simpleString()}" for n, t in taken.items())
+
+    def _refuse_schema_change(self, error: BaseException, batch_id: int) -> None:
+        """Raise :class:`SchemaChangeError` if ``error`` is a read refusing a new column or
+        a value of another type (``failOnNewColumns``)."""
+        found = schema_change_error(str(error))
+        if found is not None:
+            self._schema_change(batch_id, found[0], found[1])
+
+    def _schema_change(self, batch_id: int, path: str, detail: str) -> None:
+        columns = ", ".join(part.removeprefix("new column ") + " STRING"
+                            for part in detail.split(", ") if part.startswith("new column "))
+        accept = (f"add them to source.schema in {self.table.source_file}, or run "
+                  f"'medallion schema {self.table.name} --add \"{columns}\"'") if columns \
+            else f"correct the file, or the column's type in {self.table.source_file}"
+        self.batch_error = (f"expected the columns and types of the schema in "
+                            f"{from_uri(path)}, found {detail} (schema_evolution: "
+                            f"failOnNewColumns): {accept}; batch {batch_id} was not written and "
+                            "is read again by the next run")
+        self.log.error("bronze.schema.refused", batch_id=batch_id, file=from_uri(path),
+                       change=detail)
+        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", self.batch_error)
 
     def _settle(self, batch_id: int, rows: list[dict[str, Any]], counts: BatchCounts, *,
                 committed: bool = False) -> None:
@@ -251,6 +345,9 @@ class BronzeJob(StreamingJob):
         return {"rows_in": b.records, "rows_out": b.good, "quarantined": b.quarantined,
                 "files": b.files, "bytes": b.bytes}
 
+    def batch_schema_change(self, batch_id: int) -> str | None:
+        return self.schema_changes.get(batch_id)
+
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
         b = self.batches.get(batch_id)
         return b.seconds if b else {}
@@ -286,8 +383,10 @@ class BronzeJob(StreamingJob):
                            f"({quarantined})")
         return {"rows_in": records, "rows_out": good, "records_read": records,
                 "quarantined_rows": quarantined,
+                "rescued_rows": sum(b.rescued for b in self.batches.values()),
                 "files": sum(b.files for b in self.batches.values()),
-                "failed_files": sum(b.failed_files for b in self.batches.values()), **reconciled}
+                "failed_files": sum(b.failed_files for b in self.batches.values()),
+                "skipped_files": self.deliveries.skipped_files, **reconciled}
 
     def reconcile(self) -> dict[str, int]:
         """Settle the landing files of the committed batches (:class:`Reconciler`): this

@@ -34,12 +34,13 @@ from pyspark.sql.types import (
 )
 
 from bronze.batch import split_batch
+from bronze.conform import Conformer, schema_change_error
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, SqlKind
 from framework.delta import create_table
-from framework.errors import ConfigError, QueryFailedError
+from framework.errors import ConfigError, QueryFailedError, SchemaChangeError
 from framework.job import RunStatus, StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import timed
@@ -94,8 +95,11 @@ def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec) -> Dat
         F.col("offset").alias(OFFSET), F.col("timestamp").alias(KAFKA_TIMESTAMP),
         F.col("key").cast("string").alias(KEY))
     carry = ["_absent", "_bytes", *[f.name for f in RECORD_FIELDS]]
-    parsed = parse_json_lines(lines, schema, src.options, src.max_record_bytes,
-                              spec.rescued_column, carry)
+    conformer = Conformer(schema, spec.rescued_column, src.schema_evolution, src.options)
+    origin = F.format_string("%s partition %d offset %d", F.col(TOPIC), F.col(PARTITION),
+                             F.col(OFFSET))
+    parsed = parse_json_lines(lines, conformer, src.options, src.max_record_bytes, carry,
+                              origin=origin)
     absent, not_utf8 = F.col("_absent"), F.col("_bytes").isNotNull()
     b64 = F.base64(F.substring(F.col("_bytes"), 1, RAW_PREFIX * 3))
     corrupt = F.when(not_utf8, b64).when(~absent, F.col(CORRUPT))
@@ -168,7 +172,8 @@ class StreamBronzeJob(StreamingJob):
         log = self.log.bind(batch_id=batch_id)
         seconds: dict[str, float] = {}
         bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
-        split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad)
+        split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad,
+                            rescued=self.spec.rescued_column)
         bronze, quarantine = self.locations[self.table.full_name], \
             self.locations[self.quarantine_table]
         with timed(seconds, "write"):
@@ -176,7 +181,11 @@ class StreamBronzeJob(StreamingJob):
                 # Appended before a restart: counted in a pass of its own, not written again.
                 metrics = split.count()
             else:
-                self.commits.append(split.good, bronze, batch_id, checked=True)
+                try:
+                    self.commits.append(split.good, bronze, batch_id, checked=True)
+                except Exception as exc:
+                    self._refuse_schema_change(exc, batch_id)
+                    raise
                 metrics = split.observation.get
         if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
             with timed(seconds, "quarantine"):
@@ -186,6 +195,21 @@ class StreamBronzeJob(StreamingJob):
         log.info("bronze.batch.committed", records=metrics["records"],
                  bronze_rows=metrics["records"] - metrics["quarantined"],
                  quarantined_rows=metrics["quarantined"], seconds=seconds)
+
+    def _refuse_schema_change(self, error: BaseException, batch_id: int) -> None:
+        """Raise :class:`SchemaChangeError` if the batch's write refused a new key or a value
+        of another type (``schema_evolution: failOnNewColumns``)."""
+        found = schema_change_error(str(error))
+        if found is None:
+            return
+        self.batch_error = (f"expected the keys and types of the schema in the record at "
+                            f"{found[0]}, found {found[1]} (schema_evolution: "
+                            f"failOnNewColumns): add them to source.schema in "
+                            f"{self.table.source_file}; batch {batch_id} was not written and is "
+                            "read again by the next run")
+        self.log.error("bronze.schema.refused", batch_id=batch_id, record=found[0],
+                       change=found[1])
+        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", self.batch_error)
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Log the batch's offsets; note a partition whose end lies before its start: its

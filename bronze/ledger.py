@@ -60,6 +60,9 @@ LEDGER_SCHEMA = StructType(
         StructField("location", StringType()),
         StructField("ingested_at", TimestampType()),
         StructField("updated_at", TimestampType()),
+        # What the file's columns lacked or added (bronze.conform), e.g. "missing columns
+        # (null): region"
+        StructField("notes", StringType()),
     ]
 )
 
@@ -75,6 +78,8 @@ class BatchCounts:
     files: int = 0
     bytes: int = 0
     failed_files: int = 0
+    rescued: int = 0  # bronze rows with a value in the rescued column
+    ignored: int = 0  # records holding new columns that ``schema_evolution: none`` ignores
     # Where the batch's time went: "write" (parsing and the bronze append), "quarantine",
     # "ledger" (rows per file read back from the batch's commits, the ledger append),
     # "settle" (moving its files out of landing).
@@ -83,7 +88,8 @@ class BatchCounts:
 
 def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
                 failed: Mapping[str, str], good: Mapping[str, int], bad: Mapping[str, int],
-                parquet: bool) -> tuple[list[dict[str, Any]], BatchCounts]:
+                parquet: bool, notes: Mapping[str, str] | None = None
+                ) -> tuple[list[dict[str, Any]], BatchCounts]:
     """The ledger rows of a batch's files (path -> size and modification time in ms), with
     their rows in bronze (``good``) and in quarantine (``bad``); a file in ``failed`` was not
     read (its reason is its error)."""
@@ -100,7 +106,7 @@ def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
         mtime = datetime.fromtimestamp(modified_ms / 1000, UTC).replace(tzinfo=None)
         rows.append(dict(zip(LEDGER_SCHEMA.names, (
             path, size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status.value, reason,
-            path, now, now), strict=True)))
+            path, now, now, (notes or {}).get(path)), strict=True)))
     return rows, batch_counts(batch_id, rows)
 
 
@@ -118,7 +124,7 @@ def batch_counts(batch_id: int, rows: Sequence[Mapping[str, Any]]) -> BatchCount
 
 def ledger_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]]) -> DataFrame:
     """Ledger rows (dicts) as a DataFrame of :data:`LEDGER_SCHEMA`."""
-    return literal_rows(spark, [tuple(r[f] for f in LEDGER_SCHEMA.names) for r in rows],
+    return literal_rows(spark, [tuple(r.get(f) for f in LEDGER_SCHEMA.names) for r in rows],
                         LEDGER_SCHEMA)
 
 

@@ -1,5 +1,5 @@
-"""Reading a feed's files: one reader per format, for Spark's file stream source (a micro-batch)
-and for a batch read of named files (a micro-batch read again without a file that failed).
+"""Reading a feed's files by column name: one reader per format, each giving the same columns,
+whatever the order, the set or the types of the columns in a file.
 
 Every read is strict: Spark's ``ignoreCorruptFiles`` is never set, so a file Spark cannot read
 to its end (a truncated gzip or bzip2 stream, a corrupt parquet row group, a file deleted or
@@ -8,9 +8,20 @@ yielding the rows read before the fault. A JSON line or CSV field that is not va
 the read the same way (:data:`NOT_UTF8`): Spark's readers would otherwise keep the bytes or
 replace them, and a file in another encoding would half-parse.
 
-Columns: the schema's, the rescued column (keys outside the schema), ``_corrupt_record`` (the
-raw text of a malformed record), ``_corrupt_reason`` (why, when it is not that the record does
-not parse) and Spark's hidden ``_metadata`` (the source file).
+Columns of every reader: the schema's, the rescued column, ``_corrupt_record`` (the raw text of
+a malformed record), ``_corrupt_reason`` (why, when it is not that the record does not parse),
+:data:`DROPPED` (the names of new columns a record held that ``schema_evolution: none``
+ignores) and Spark's hidden ``_metadata`` (the source file). How a file's values are matched to
+the schema, typed, and what does not fit rescued, is :mod:`bronze.conform`'s one mechanism:
+
+- **JSON Lines**: each line must hold exactly one JSON object, strict RFC 8259 unless the
+  feed's options turn a leniency on (:data:`LENIENCIES`); keys are matched by name.
+- **CSV**: each file's header is read first (its first bytes, :func:`csv_header`) and its
+  columns matched to the schema by name, case-insensitively; files are read in groups of one
+  header, every field as text, then typed. Only ``header: false`` reads by position. RFC 4180
+  by default: ``""`` is an empty string, an unquoted empty field is null, a line break inside
+  quotes is kept byte for byte (the file's own line ending is detected).
+- **Parquet**: the files' own schemas (merged; per file when they conflict), matched by name.
 
 A text record (a JSON line, a CSV row) larger than ``source.max_record_bytes`` is not parsed:
 it goes to the quarantine with the reason and the first :data:`RAW_PREFIX` characters of its
@@ -22,43 +33,55 @@ where a 2 GB one fails with OutOfMemoryError in the reader (``bench/fuzz.py --da
 
 from __future__ import annotations
 
+import bz2
+import csv
+import io
 import re
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from bronze.spec import BronzeTableSpec, SourceFormat
+from bronze.conform import (
+    CORRUPT,
+    CORRUPT_REASON,
+    DROPPED,
+    Conformer,
+    column_ref,
+    json_type,
+    schema_change_error,
+)
+from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
+from framework.storage import Storage, from_uri
 
-CORRUPT = "_corrupt_record"
-CORRUPT_REASON = "_corrupt_reason"
-# RFC 4180, with a header: a quoted field may hold a line break, and a quote inside one is
-# doubled (Spark's defaults cut such a row in two and keep the doubled quotes).
-CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"'}
+__all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "RAW_PREFIX",
+           "FeedReader", "Records", "literal", "parse_json_lines"]
+
+# RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
+# (Spark's defaults cut such a row in two and keep the doubled quotes), a quoted empty field is
+# an empty string and an unquoted one is null (Spark's defaults read both as null: its null
+# text is the empty string, so another one that no field holds stands in for it).
+NULL_TEXT = "\u0000null\u0000"
+CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"', "emptyValue": "",
+                "nullValue": NULL_TEXT}
+# Strict JSON (RFC 8259); a feed's options may turn one of these on explicitly.
+LENIENCIES = ("allowComments", "allowSingleQuotes", "allowUnquotedFieldNames",
+              "allowNumericLeadingZeros", "allowNonNumericNumbers",
+              "allowBackslashEscapingAnyCharacter", "allowUnquotedControlChars")
+STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 RAW_PREFIX = 4096  # characters of an oversized record's text kept in the quarantine
 # The message a read fails with on text that is not UTF-8; the file's path follows it.
 NOT_UTF8 = "[medallion] not UTF-8 text in file "
 REPLACEMENT = "\ufffd"  # what a decoder puts for bytes that are not UTF-8
 GLOB = re.compile(r"[\\*?\[\]{}]")  # what Hadoop's glob patterns give a meaning to
-
-Reader = Any  # a DataStreamReader or a DataFrameReader: format, schema, option(s), load
-Source = str | Sequence[str]  # the landing path (a stream) or the files to read (a batch)
-
-
-def read_records(spec: BronzeTableSpec, reader: Reader, source: Source,
-                 schema: StructType) -> DataFrame:
-    """The records of ``source`` in the feed's format: the schema's columns, the rescued
-    column, ``_corrupt_record`` and ``_metadata``."""
-    if spec.source.path_glob_filter:
-        reader = reader.option("pathGlobFilter", spec.source.path_glob_filter)
-    reader = reader.option("recursiveFileLookup", spec.source.recursive_file_lookup)
-    return READERS[spec.source.format](spec, reader, source, schema)
-
-
-def _load(reader: Reader, source: Source) -> DataFrame:
-    return reader.load(source if isinstance(source, str) else [literal(f) for f in source])
+HEADER_BYTES = 64 * 1024  # bytes read from a CSV file to find its header (more if need be)
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+# Hadoop codecs Python does not decompress here: such a file's header is read through Spark.
+SPARK_CODECS = (".deflate", ".lz4", ".snappy", ".zst", ".zstd")
 
 
 def literal(path: str) -> str:
@@ -68,45 +91,332 @@ def literal(path: str) -> str:
     return GLOB.sub(r"\\\g<0>", path)
 
 
-def _text_json(spec: BronzeTableSpec, reader: Reader, source: Source,
-               schema: StructType) -> DataFrame:
-    """JSON Lines read as text and parsed with from_json, so the raw line is kept for the
-    quarantine and keys outside the schema can be rescued (Spark's reader drops them)."""
-    # (a line over 1 KB is not taken for blank: trim would copy it; one of spaces only is
-    # malformed, and quarantined)
-    raw = _load(reader.format("text"), source).where(
-        (F.octet_length("value") > 1024) | (F.trim("value") != ""))
-    raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
-    return parse_json_lines(raw, schema, spec.source.options, spec.source.max_record_bytes,
-                            spec.rescued_column, ["_metadata"])
+def _load(reader: Any, files: Sequence[str]) -> DataFrame:
+    return reader.load([literal(f) for f in files])
 
 
-def parse_json_lines(raw: DataFrame, schema: StructType, options: Mapping[str, str],
-                     max_record_bytes: int, rescued_column: str | None,
-                     carry: Sequence[str]) -> DataFrame:
-    """The JSON text of ``raw``'s column ``value`` parsed against ``schema``: its columns,
-    the rescued column (if named), ``_corrupt_record`` (the text of a record that does not
-    parse, or the first characters of one over ``max_record_bytes``), ``_corrupt_reason``, and
-    the columns ``carry`` as they are."""
-    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
-    parse = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **options}
+@dataclass
+class Records:
+    """A batch's records, read by name (:meth:`FeedReader.read`)."""
+
+    frame: DataFrame | None  # None when no file could be read
+    failed: dict[str, str] = field(default_factory=dict)  # files not read, with the reason
+    notes: dict[str, str] = field(default_factory=dict)  # per file: columns missing or new
+
+
+class FeedReader:
+    """Reads a feed's files as its schema's columns, matched by name (see the module's text).
+    ``storage`` reads CSV headers."""
+
+    def __init__(self, spark: SparkSession, spec: BronzeTableSpec, storage: Storage) -> None:
+        self.spark, self.spec, self.storage = spark, spec, storage
+        self.format = spec.source.format
+        self.evolution = spec.source.schema_evolution
+
+    def _reader(self) -> Any:
+        reader = self.spark.read
+        if self.spec.source.path_glob_filter:
+            reader = reader.option("pathGlobFilter", self.spec.source.path_glob_filter)
+        return reader.option("recursiveFileLookup", self.spec.source.recursive_file_lookup)
+
+    # ------------------------------------------------------------------ new columns
+    def new_columns(self, files: Sequence[str], schema: StructType
+                    ) -> dict[str, tuple[DataType, str]]:
+        """The columns of ``files`` that ``schema`` lacks (matched case-insensitively), with
+        their type and the first file holding one."""
+        known = {f.name.lower() for f in schema.fields}
+        found: dict[str, tuple[DataType, str]] = {}
+        if self.format is SourceFormat.CSV:
+            for path, (names, _sep) in self._headers(files)[0].items():
+                for name in names:
+                    if name.lower() not in known and name.lower() not in \
+                            {n.lower() for n in found}:
+                        found[name] = (StringType(), path)
+        elif self.format is SourceFormat.PARQUET:
+            for group, paths in self._parquet_groups(files).items():
+                for f in group.fields:
+                    if f.name.lower() not in known and f.name.lower() not in \
+                            {n.lower() for n in found}:
+                        found[f.name] = (f.dataType, paths[0])
+        else:
+            found = self._json_new_keys(files, known)
+        return found
+
+    def _json_new_keys(self, files: Sequence[str], known: set[str]
+                       ) -> dict[str, tuple[DataType, str]]:
+        """A pass over the lines: every key outside the schema, its type the JSON values' own
+        (integers BIGINT, other numbers DOUBLE, objects and arrays as JSON text)."""
+        lines = _load(self._reader().format("text"), files)
+        encoding = self.spec.source.options.get("encoding") or \
+            self.spec.source.options.get("charset")
+        if not encoding or encoding.replace("-", "").upper() == "UTF8":
+            lines = lines.where(_utf8_or_fail(F.is_valid_utf8("value")))
+        obj = F.try_variant_get(F.try_parse_json(F.concat(F.lit("["), "value", F.lit("]"))),
+                                "$[0]", "map<string,variant>")
+        names = F.array(*[F.lit(n) for n in sorted(known)]) if known else \
+            F.array().cast("array<string>")
+        pairs = lines.select(F.explode(F.map_filter(
+            obj, lambda k, _v: ~F.array_contains(names, F.lower(k)))).alias("key", "value"),
+            F.col("_metadata.file_path").alias("file"))
+        rows = pairs.groupBy("key").agg(F.expr("schema_of_variant_agg(value)").alias("type"),
+                                        F.min("file").alias("file")).collect()
+        found: dict[str, tuple[DataType, str]] = {}
+        for r in sorted(rows, key=lambda r: r["key"]):
+            if r["key"].lower() not in {n.lower() for n in found}:
+                found[r["key"]] = (json_type(r["type"]), from_uri(r["file"]))
+        return found
+
+    # ------------------------------------------------------------------ records
+    def read(self, files: Sequence[str], schema: StructType,
+             required: Sequence[str] | None = None) -> Records:
+        """``files`` as ``schema``'s columns (see the module's text); a file lacking one of
+        ``required`` (by default all) is noted."""
+        conformer = Conformer(schema, self.spec.rescued_column, self.evolution,
+                              self.spec.source.options, required)
+        if self.format is SourceFormat.CSV:
+            return self._csv(files, conformer)
+        if self.format is SourceFormat.PARQUET:
+            return self._parquet(files, conformer)
+        raw = _load(self._reader().format("text"), files)
+        # (a line over 1 KB is not taken for blank: trim would copy it; one of whitespace only is
+        # malformed, and quarantined)
+        # JSON's whitespace: space, tab, carriage return (the line feed ends the line)
+        raw = raw.where((F.octet_length("value") > 1024)
+                        | (F.btrim("value", F.lit(" \t\r")) != ""))
+        # A byte order mark opens a file (or each of files joined): not part of the record.
+        raw = raw.withColumn("value", F.when(
+            F.startswith("value", F.lit("\ufeff")) & (F.length("value") > 1),
+            F.expr("substr(value, 2)")).otherwise(F.col("value")))
+        options = dict(self.spec.source.options)
+        encoding = options.pop("encoding", None) or options.pop("charset", None)
+        if encoding and encoding.replace("-", "").upper() != "UTF8":
+            # Spark's text reader keeps a line's bytes as they are: decoded here
+            raw = raw.withColumn("value", F.decode(F.col("value").cast("binary"), encoding))
+        else:
+            raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
+        return Records(parse_json_lines(raw, conformer, options,
+                                        self.spec.source.max_record_bytes, ["_metadata"]))
+
+    def _csv(self, files: Sequence[str], conformer: Conformer) -> Records:
+        options = {**CSV_DEFAULTS, **self.spec.source.options}
+        header = str(options["header"]).lower() == "true"
+        records = Records(None)
+        groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+        if header:
+            headers, records.failed = self._headers(files)
+            for path, (names, sep) in headers.items():
+                problem = conformer.header_problem(names)
+                if problem:
+                    records.failed[path] = problem
+                    continue
+                groups.setdefault((names, sep), []).append(path)
+                note = conformer.note(names)
+                if note:
+                    records.notes[path] = note
+        elif files:  # by position, in the schema's order
+            groups[(tuple(conformer.schema.names), "")] = list(files)
+        frames = []
+        for (names, sep), paths in groups.items():
+            text = StructType([StructField(n, StringType()) for n in names]
+                              + [StructField(CORRUPT, StringType())])
+            read = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+            if sep and "lineSep" not in self.spec.source.options:
+                read["lineSep"] = sep
+            df = _load(self._reader().format("csv").schema(text).options(**read), paths)
+            frames.append(self._csv_rows(df, names, conformer, options))
+        records.frame = _union(frames)
+        return records
+
+    def _csv_rows(self, df: DataFrame, names: Sequence[str], conformer: Conformer,
+                  options: Mapping[str, str]) -> DataFrame:
+        encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
+        texts = [F.col(column_ref(n)) for n in [*names, CORRUPT]]
+        if encoding.replace("-", "").upper() == "UTF8":
+            df = df.where(_utf8_or_fail(~F.contains(F.concat_ws("", *texts), F.lit(REPLACEMENT))))
+        # The row's size: its fields' bytes (or, for a row that does not parse, its text's).
+        limit = self.spec.source.max_record_bytes
+        size = sum((F.coalesce(F.octet_length(t), F.lit(0)) for t in texts), F.lit(0))
+        fits = size <= F.lit(limit)
+        row_text = F.coalesce(F.col(CORRUPT), F.concat_ws(",", *texts[:-1]))
+        sized = df.select(*[F.when(fits, F.col(column_ref(n))).alias(n) for n in names],
+                          F.when(fits, F.col(CORRUPT)).otherwise(
+                              F.substring(row_text, 1, RAW_PREFIX)).alias(CORRUPT),
+                          too_large(limit, fits, size), "_metadata")
+        return conformer.from_columns(sized, {n: StringType() for n in names}, text=True)
+
+    def _headers(self, files: Sequence[str]
+                 ) -> tuple[dict[str, tuple[tuple[str, ...], str]], dict[str, str]]:
+        """Each file's header names and line ending; the files whose header cannot be read."""
+        options = {**CSV_DEFAULTS, **self.spec.source.options}
+        headers: dict[str, tuple[tuple[str, ...], str]] = {}
+        failed: dict[str, str] = {}
+        for path in files:
+            try:
+                if path.lower().endswith(SPARK_CODECS):  # decompressed by Spark's codecs
+                    headers[path] = self._first_line(path, options)
+                else:
+                    headers[path] = csv_header(self.storage, path, options)
+            except HeaderError as exc:
+                failed[path] = str(exc)
+        return headers, failed
+
+    def _first_line(self, path: str, options: Mapping[str, str]
+                    ) -> tuple[tuple[str, ...], str]:
+        """A compressed file's header, as Spark's text reader gives its first line (its line
+        ending is not seen: Spark's own is used)."""
+        row = _load(self.spark.read.format("text"), [path]).limit(1).collect()
+        if not row or not str(row[0]["value"]).strip():
+            raise HeaderError("expected a header line (options.header is true), found an "
+                              "empty file or an empty first line")
+        sep = str(options.get("sep", options.get("delimiter", ",")))
+        quote = str(options.get("quote", '"')) or '"'
+        names = next(csv.reader(io.StringIO(str(row[0]["value"]).removeprefix("\ufeff")),
+                                delimiter=sep[0], quotechar=quote[0]), [])
+        return tuple(n if n else f"_c{i}" for i, n in enumerate(names)), ""
+
+    def _parquet_groups(self, files: Sequence[str]) -> dict[StructType, list[str]]:
+        """The files by their schema: one group of the files' merged schema, or, when their
+        types conflict, one group per schema."""
+        if not files:
+            return {}
+        reader = self._reader().format("parquet").options(**self.spec.source.options)
+        try:
+            merged = _load(reader.option("mergeSchema", "true"), files).schema
+            return {merged: list(files)}
+        except Exception:  # columns of one name and two types: read per schema
+            groups: dict[StructType, list[str]] = {}
+            for f in files:
+                groups.setdefault(_load(reader, [f]).schema, []).append(f)
+            return groups
+
+    def _parquet(self, files: Sequence[str], conformer: Conformer) -> Records:
+        records = Records(None)
+        frames = []
+        reader = self._reader().format("parquet").options(**self.spec.source.options)
+        for group, paths in self._parquet_groups(files).items():
+            df = _load(reader.schema(group), paths)
+            names = [f.name for f in group.fields]
+            note = conformer.note(names)
+            for p in paths:
+                if note:
+                    records.notes[p] = note
+            df = df.select(*[F.col(column_ref(n)) for n in names],
+                           F.lit(None).cast("string").alias(CORRUPT),
+                           F.lit(None).cast("string").alias(CORRUPT_REASON), "_metadata")
+            frames.append(conformer.from_columns(df, {f.name: f.dataType for f in group.fields},
+                                                 text=False))
+        records.frame = _union(frames)
+        return records
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame | None:
+    if not frames:
+        return None
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+class HeaderError(Exception):
+    """Raised when a CSV file's header cannot be read (the file is quarantined whole)."""
+
+
+def csv_header(storage: Storage, path: str, options: Mapping[str, str]
+               ) -> tuple[tuple[str, ...], str]:
+    """A CSV file's header names (as Python's csv module reads its first record with the
+    feed's separator and quote) and its line ending (``\\r\\n`` or ``\\n``), from its first
+    bytes; gzip and bzip2 files are decompressed as far as needed."""
+    encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
+    sep = str(options.get("sep", options.get("delimiter", ",")))
+    quote = str(options.get("quote", '"')) or '"'
+    size = HEADER_BYTES
+    while True:
+        data = storage.head(path, size)
+        text = _decompress(path, data)
+        try:
+            decoded = text.decode(encoding, errors="strict")
+        except UnicodeDecodeError:
+            decoded = text.decode(encoding, errors="ignore")  # cut inside a character
+        decoded = decoded.removeprefix("\ufeff")
+        end = _record_end(decoded, quote)
+        if end is not None or len(data) < size or size >= MAX_HEADER_BYTES:
+            break
+        size *= 4
+    if not decoded.strip():
+        raise HeaderError("expected a header line (options.header is true), found an empty "
+                          "file or an empty first line")
+    line = decoded if end is None else decoded[:end]
+    newline = "\r\n" if line.endswith("\r\n") else "\n"
+    reader = csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=sep[0], quotechar=quote[0])
+    names = next(reader, [])
+    return tuple(n if n else f"_c{i}" for i, n in enumerate(names)), newline
+
+
+def _record_end(text: str, quote: str) -> int | None:
+    """Where the first record of ``text`` ends (after its line break), quotes respected."""
+    inside = False
+    for i, ch in enumerate(text):
+        if ch == quote[0]:
+            inside = not inside
+        elif ch == "\n" and not inside:
+            return i + 1
+    return None
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    name = path.lower()
+    try:
+        if name.endswith(".gz"):
+            return zlib.decompressobj(wbits=47).decompress(data)
+        if name.endswith(".bz2"):
+            return bz2.BZ2Decompressor().decompress(data)
+    except (zlib.error, OSError, EOFError) as exc:
+        raise HeaderError(f"expected a {name.rsplit('.', 1)[-1]} file, found bytes that do not "
+                          f"decompress: {exc}") from exc
+    return data
+
+
+def parse_json_lines(raw: DataFrame, conformer: Conformer, options: Mapping[str, str],
+                     max_record_bytes: int, carry: Sequence[str], *,
+                     origin: Column | None = None) -> DataFrame:
+    """The JSON text of ``raw``'s column ``value`` as the schema's columns (by key), the
+    rescued column, ``_corrupt_record`` (the text of a line that is not one JSON object of
+    strict JSON, or the first characters of one over ``max_record_bytes``),
+    ``_corrupt_reason``, :data:`DROPPED`, and the columns ``carry`` as they are. ``origin``
+    names a record in an error (by default its file)."""
+    lenient = any(str(options.get(k, "")).lower() == "true" for k in LENIENCIES)
+    parse = {**({} if lenient else STRICT_JSON), **options, "mode": "PERMISSIVE",
+             "columnNameOfCorruptRecord": CORRUPT}
+    with_corrupt = StructType([*conformer.schema.fields, StructField(CORRUPT, StringType())])
     # An oversized line is cut to its prefix at once: no later row holds it whole.
     fits = F.octet_length("value") <= F.lit(max_record_bytes)
     sized = raw.select(F.when(fits, F.col("value")).alias("value"),
                        F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
                        F.octet_length("value").alias("size"), *carry)
-    parsed = sized.select(F.from_json("value", with_corrupt, parse).alias("r"), "value",
-                          "prefix", "size", *carry)
-    # A line that is not a JSON object parses to null: quarantine it too.
+    if lenient:  # the options' own dialect; the object as one value per key
+        obj = F.from_json("value", "MAP<STRING, VARIANT>", parse)
+    else:
+        # Exactly one value per line: "[" + line + "]" parses as an array of one element.
+        # The parser stops at the end of the first value, so text after it is seen only
+        # when it does not close the array: a line holding "]" is also read as the value of
+        # an object ('{"k":' + line + "}"), which a "]" after the value does not close.
+        whole = F.try_parse_json(F.concat(F.lit("["), F.col("value"), F.lit("]")))
+        closed = F.try_parse_json(F.concat(F.lit('{"k":'), F.col("value"), F.lit("}")))
+        one = F.try_variant_get(whole, "$[1]", "variant").isNull() & (
+            ~F.contains(F.col("value"), F.lit("]")) | closed.isNotNull())
+        obj = F.when(one, F.try_variant_get(whole, "$[0]", "map<string,variant>"))
+    if origin is None:
+        origin = F.col("_metadata.file_path")
+    parsed = sized.select(F.from_json("value", with_corrupt, parse).alias("r"),
+                          obj.alias("obj"), "value", "prefix", "size", origin.alias("_origin"),
+                          *carry)
     corrupt = F.when(F.col("prefix").isNotNull(), F.col("prefix")).when(
-        F.col("r").isNull(), F.col("value")).otherwise(F.col(f"r.{CORRUPT}"))
-    columns: list[Column] = [F.col(f"r.{f.name}").alias(f.name) for f in schema.fields]
-    if rescued_column:
-        columns.append(F.when(F.col("value").isNotNull(), rescued_keys(schema))
-                       .alias(rescued_column))
+        F.col("obj").isNull() | F.col("r").isNull(), F.col("value"))
     oversized = F.col("prefix").isNotNull()
-    return parsed.select(*columns, corrupt.alias(CORRUPT),
-                         too_large(max_record_bytes, ~oversized, F.col("size")), *carry)
+    columns = conformer.from_json_object("r", "obj", corrupt, F.col("value"), F.col("_origin"))
+    return parsed.select(*columns, too_large(max_record_bytes, ~oversized, F.col("size")),
+                         *carry)
 
 
 def too_large(limit: int, fits: Column, size: Column) -> Column:
@@ -117,65 +427,6 @@ def too_large(limit: int, fits: Column, size: Column) -> Column:
     return F.when(~fits, reason).cast("string").alias(CORRUPT_REASON)
 
 
-def rescued_keys(schema: StructType) -> Column:
-    """Top-level keys not in the schema, as a JSON object (as Auto Loader's rescued column).
-
-    Computed next to the parsed record ``r``. A line with no more keys than it has non-null
-    fields of the schema holds no other key (each such field takes a key of its own), so most
-    lines skip the set difference of their keys with the schema's, a hash set built per line.
-    """
-    keys = F.json_object_keys("value")
-    present = sum((F.col(f"r.{f.name}").isNotNull().cast("int") for f in schema.fields),
-                  F.lit(0))
-    known = F.array(*[F.lit(f.name) for f in schema.fields])
-    extra = F.array_except(keys, known)
-    as_map = F.from_json("value", "MAP<STRING, STRING>")
-    kept = F.map_filter(as_map, lambda k, _v: ~F.array_contains(known, k))
-    return F.when(F.size(keys) > present, F.when(F.size(extra) > 0, F.to_json(kept)))
-
-
-def _csv(spec: BronzeTableSpec, reader: Reader, source: Source,
-         schema: StructType) -> DataFrame:
-    """CSV (RFC 4180 unless ``source.options`` say otherwise) with a corrupt-record column: a
-    row with too many or too few fields, or a value that does not fit its type, is malformed
-    and goes to the quarantine, not dropped. In UTF-8 (the default encoding) a field holding
-    the replacement character came from bytes that are not UTF-8: the read fails."""
-    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
-    options = {
-        **CSV_DEFAULTS,
-        "mode": "PERMISSIVE",
-        "columnNameOfCorruptRecord": CORRUPT,
-        **spec.source.options,
-    }
-    df = _load(reader.format("csv").schema(with_corrupt).options(**options), source)
-    encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
-    texts = [F.col(f.name) for f in with_corrupt.fields if isinstance(f.dataType, StringType)]
-    if encoding.replace("-", "").upper() == "UTF8" and texts:
-        df = df.where(_utf8_or_fail(~F.contains(F.concat_ws("", *texts), F.lit(REPLACEMENT))))
-    # The row's size: its text fields' bytes (a field of another type is short, or the row
-    # does not parse and its text is in the corrupt-record column).
-    size = sum((F.coalesce(F.octet_length(t), F.lit(0)) for t in texts), F.lit(0))
-    fits = size <= F.lit(spec.source.max_record_bytes)
-    row_text = F.coalesce(F.col(CORRUPT), F.concat_ws(",", *texts))
-    corrupt = F.when(fits, F.col(CORRUPT)).otherwise(F.substring(row_text, 1, RAW_PREFIX))
-    columns = [F.when(fits, F.col(f.name)).alias(f.name) for f in schema.fields]
-    if spec.rescued_column:
-        columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
-    return df.select(*columns, corrupt.alias(CORRUPT),
-                     too_large(spec.source.max_record_bytes, fits, size), "_metadata")
-
-
-def _parquet(spec: BronzeTableSpec, reader: Reader, source: Source,
-             schema: StructType) -> DataFrame:
-    loaded = _load(reader.format("parquet").schema(schema).options(**spec.source.options),
-                   source)
-    columns = [F.col(f.name) for f in schema.fields]
-    if spec.rescued_column:
-        columns.append(F.lit(None).cast("string").alias(spec.rescued_column))
-    return loaded.select(*columns, F.lit(None).cast("string").alias(CORRUPT),
-                         F.lit(None).cast("string").alias(CORRUPT_REASON), "_metadata")
-
-
 def _utf8_or_fail(valid: Column) -> Column:
     """A filter that keeps every row and fails the read on one whose text is not UTF-8,
     naming its file (see :func:`bronze.checks.failing_file`)."""
@@ -183,9 +434,11 @@ def _utf8_or_fail(valid: Column) -> Column:
     return F.when(valid, F.lit(True)).otherwise(F.raise_error(message).cast("boolean"))
 
 
-READERS: dict[SourceFormat, Callable[[BronzeTableSpec, Reader, Source, StructType],
-                                     DataFrame]] = {
-    SourceFormat.JSON: _text_json,
-    SourceFormat.CSV: _csv,
-    SourceFormat.PARQUET: _parquet,
-}
+def stream_reader_format(spec: BronzeTableSpec) -> str:
+    """The format the stream lists the feed's files with: the stream's rows are never read
+    (each batch reads its files by name, :class:`FeedReader`), so the cheapest to plan."""
+    return "text" if spec.source.format is not SourceFormat.PARQUET else "binaryFile"
+
+
+__all__ += ["HeaderError", "SchemaEvolution", "csv_header", "schema_change_error",
+            "stream_reader_format", "too_large"]

@@ -23,12 +23,36 @@ class SourceFormat(StrEnum):
     PARQUET = "parquet"
 
 
+# Encodings whose line breaks are the byte of "\n", which Spark's line reader splits on.
+JSON_ENCODINGS = ("UTF-8", "ISO-8859-1", "US-ASCII")
+
+
+class SchemaEvolution(StrEnum):
+    """What a change of a feed's shape does (Auto Loader's modes and meanings).
+
+    In every mode but ``failOnNewColumns``, a value that does not fit its column's type is
+    rescued: the column is null and the value, as written, is in the rescued column."""
+
+    ADD_NEW_COLUMNS = "addNewColumns"  # a new column is added to the table, from its batch on
+    RESCUE = "rescue"  # the schema never changes: new columns go to the rescued column
+    FAIL_ON_NEW_COLUMNS = "failOnNewColumns"  # the batch fails before anything is written
+    NONE = "none"  # new columns are ignored (counted)
+
+
 class CleanSource(StrEnum):
     """What happens to a landing file once its batch is committed."""
 
     ARCHIVE = "archive"
     DELETE = "delete"
     OFF = "off"
+
+
+class Redelivery(StrEnum):
+    """What a file landed again under a name already ingested, with another size or
+    modification time, does (see :mod:`bronze.deliveries`)."""
+
+    INGEST = "ingest"  # a new delivery: ingested once, under a name of its own
+    SKIP = "skip"  # moved whole to the quarantine folder, with a ledger row and a warning
 
 
 class BronzeSource(Model):
@@ -43,6 +67,10 @@ class BronzeSource(Model):
         "'medallion infer-schema'; it is never inferred at run time.",
     )
     options: dict[str, Text] = Field(default_factory=dict)
+    schema_evolution: SchemaEvolution = Field(
+        default=SchemaEvolution.RESCUE,
+        description="What a new column or a value of another type does: addNewColumns, "
+        "rescue (the default), failOnNewColumns or none.")
     recursive_file_lookup: bool = True
     path_glob_filter: Text | None = None
     max_files_per_trigger: PositiveInt | None = None
@@ -52,8 +80,22 @@ class BronzeSource(Model):
         description="A JSON line or CSV row larger than this (bytes of text) is not parsed: it "
         "goes to the quarantine with the reason and the first 4,096 characters of its text.")
     clean_source: CleanSource = CleanSource.ARCHIVE
+    redelivery: Redelivery = Field(
+        default=Redelivery.INGEST,
+        description="A file landed again under a name already ingested, with another size or "
+        "time: ingest (the default: renamed to a name of its own and ingested once) or skip "
+        "(moved to the quarantine folder, with a ledger row).")
     archive_dir: Text | None = None
     quarantine_dir: Text | None = None
+
+    @model_validator(mode="after")
+    def _json_encoding(self) -> BronzeSource:
+        encoding = self.options.get("encoding") or self.options.get("charset")
+        if self.format is SourceFormat.JSON and encoding and \
+                encoding.replace("_", "-").upper() not in JSON_ENCODINGS:
+            raise ValueError(f"expected options.encoding of a JSON Lines feed among "
+                             f"{', '.join(JSON_ENCODINGS)}, found {encoding!r}")
+        return self
 
     @model_validator(mode="after")
     def _one_trigger_limit(self) -> BronzeSource:

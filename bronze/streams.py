@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from bronze.spec import SchemaEvolution
 from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
 from framework.config.secrets import SecretRef
 from framework.config.types import Identifier, Model, Text
@@ -67,6 +68,17 @@ class StreamSource(Model):
         description="Kafka client settings, without the 'kafka.' prefix (e.g. "
         "'request.timeout.ms'); never a secret.")
     max_record_bytes: PositiveInt = DEFAULT_MAX_RECORD_BYTES
+    schema_evolution: SchemaEvolution = Field(
+        default=SchemaEvolution.RESCUE,
+        description="What a new key or a value of another type does: rescue (the default), "
+        "failOnNewColumns or none (addNewColumns is for file feeds).")
+
+    @model_validator(mode="after")
+    def _evolution_of_a_log(self) -> StreamSource:
+        if self.schema_evolution is SchemaEvolution.ADD_NEW_COLUMNS:
+            raise ValueError("expected schema_evolution rescue, failOnNewColumns or none for a "
+                             "Kafka or Event Hubs feed, found addNewColumns (file feeds only)")
+        return self
 
     @model_validator(mode="after")
     def _no_reserved_options(self) -> StreamSource:

@@ -90,6 +90,18 @@ def create_table(
     return True
 
 
+def add_missing_columns(spark: SparkSession, location: str, schema: StructType) -> list[str]:
+    """Add to the Delta table at ``location`` the columns of ``schema`` it lacks (nullable,
+    at the end): a table made by an earlier version keeps its rows. Returns those added."""
+    have = {n.lower() for n in spark.read.format("delta").load(location).columns}
+    missing = [f for f in schema.fields if f.name.lower() not in have]
+    if missing:
+        columns = ", ".join(f"{quote_all([f.name])} {f.dataType.simpleString()}"
+                            for f in missing)
+        spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
+    return [f.name for f in missing]
+
+
 def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     """Remove what a ``CREATE TABLE`` killed before its first commit leaves at ``location``:
     a ``_delta_log`` folder holding nothing, or only the hidden temporary file of the commit

@@ -141,6 +141,12 @@ class QueryFailedError(JobError):
     """Raised when a streaming query terminates with an exception."""
 
 
+class SchemaChangeError(JobError):
+    """Raised when a feed's file holds a column, or a value of a type, that its schema lacks,
+    and the feed's ``schema_evolution`` is ``failOnNewColumns``: nothing of the batch is
+    written, and the next run reads it again from the start."""
+
+
 class StorageError(MedallionError):
     """Raised when a file-system operation on the lake fails."""
 

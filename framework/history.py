@@ -57,7 +57,7 @@ from pyspark.sql.types import (
 
 from framework.checkpoint import last_recorded_batch, mark_recorded
 from framework.config.model import Environment
-from framework.delta import create_table, literal_rows
+from framework.delta import add_missing_columns, create_table, literal_rows
 from framework.errors import first_line
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress
@@ -93,6 +93,8 @@ RUNS_SCHEMA = StructType([
         "comment": "Milliseconds per step: Spark's (addBatch, walCommit...) and the job's"}),
     StructField("error", StringType(), metadata={"comment": "Why the run failed"}),
     StructField("recorded_at", TimestampType(), metadata={"comment": "When the row was written"}),
+    StructField("schema_change", StringType(), metadata={
+        "comment": "How the batch changed its table's columns (added, widened)"}),
 ])
 
 # The figures a job gives for one of its batches (others are Spark's).
@@ -114,7 +116,8 @@ def executed(progress: BatchProgress) -> bool:
 
 def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trigger: str,
               progress: BatchProgress, figures: Mapping[str, int | None],
-              seconds: Mapping[str, float] | None = None) -> dict[str, Any]:
+              seconds: Mapping[str, float] | None = None,
+              schema_change: str | None = None) -> dict[str, Any]:
     """The row of a committed batch: Spark's figures, the job's (``figures``, keys of
     :data:`FIGURES`) and the job's own steps (``seconds``), in milliseconds with Spark's."""
     started = _instant(progress.timestamp)
@@ -132,6 +135,7 @@ def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trig
                 state_rows=progress.state_rows,
                 watermark=watermark if watermark and watermark.timestamp() > 0 else None,
                 durations_ms=durations,
+                schema_change=schema_change,
                 **{k: figures.get(k) for k in FIGURES if k != "rows_in"})
 
 
@@ -195,10 +199,12 @@ class RunHistory:
             self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote_name(self.schema)}")
             try:
                 # By table: a start reads its own table's rows only, however long the history
-                create_table(self.spark, self.name, RUNS_SCHEMA, self.location,
-                             partition_by=["table"],
-                             comment="One row per micro-batch per table: what it read, "
-                                     "wrote, quarantined and dropped, and how long it took")
+                if not create_table(self.spark, self.name, RUNS_SCHEMA, self.location,
+                                    partition_by=["table"],
+                                    comment="One row per micro-batch per table: what it "
+                                    "read, wrote, quarantined and dropped, and how long it "
+                                    "took"):
+                    add_missing_columns(self.spark, self.location, RUNS_SCHEMA)
             except Exception:
                 if not self.exists():
                     raise
@@ -281,7 +287,8 @@ class BatchRecorder:
 
     def add(self, progress: BatchProgress,
             figures: Callable[[BatchProgress], Mapping[str, int | None]],
-            seconds: Callable[[int], Mapping[str, float]]) -> None:
+            seconds: Callable[[int], Mapping[str, float]],
+            schema_change: Callable[[int], str | None] | None = None) -> None:
         """The row of a reported batch (once per batch; an idle trigger has none).
         ``figures`` and ``seconds`` are called for the job's figures and steps."""
         with self._lock:
@@ -290,7 +297,9 @@ class BatchRecorder:
             self._made.add(progress.batch_id)
         row = batch_row(run_id=self.run_id, table=self.table, layer=self.layer,
                         query_id=self.query_id, trigger=self.trigger, progress=progress,
-                        figures=figures(progress), seconds=seconds(progress.batch_id))
+                        figures=figures(progress), seconds=seconds(progress.batch_id),
+                        schema_change=schema_change(progress.batch_id) if schema_change
+                        else None)
         with self._lock:
             self._rows.append(row)
 

@@ -490,6 +490,10 @@ class StreamingJob(Job):
             figures["rows_out"] = self.sink_rows([progress])
         return figures
 
+    def batch_schema_change(self, batch_id: int) -> str | None:
+        """How a batch changed its table's columns, for the run history; none by default."""
+        return None
+
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
         """Seconds per step of the job's own in a batch, for the run history; none by
         default."""
@@ -498,7 +502,8 @@ class StreamingJob(Job):
     def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
         """A batch's progress: its run history row, then :meth:`on_batch`."""
         try:
-            self.recorder.add(progress, self.batch_figures, self.batch_seconds)
+            self.recorder.add(progress, self.batch_figures, self.batch_seconds,
+                              self.batch_schema_change)
         finally:
             if hooks:
                 self.on_batch(progress)

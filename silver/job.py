@@ -47,7 +47,7 @@ from pyspark.sql.types import (
 )
 
 from framework.config.model import Layer, Table
-from framework.delta import create_table, sql_string
+from framework.delta import add_missing_columns, create_table, sql_string
 from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
@@ -219,10 +219,15 @@ class SilverJob(StreamingJob):
         spec = self.table.spec
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
-        else:
-            create_table(self.spark, self.table.full_name, schema, self.table.location,
-                         partition_by=self.spec.partition_by, cluster_by=self.spec.cluster_by,
-                         comment=spec.description)
+        elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
+                              partition_by=self.spec.partition_by,
+                              cluster_by=self.spec.cluster_by, comment=spec.description) \
+                and not self.spec.columns:
+            # Every source column is taken: one the source gained since (a feed's new column)
+            # is added here too, nullable, at the end; earlier rows have null.
+            added = add_missing_columns(self.spark, self.table.location, schema)
+            if added:
+                self.log.info("silver.schema.columns_added", columns=added)
         if self._quarantines:
             create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                          self.quarantine_location,

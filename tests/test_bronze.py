@@ -89,9 +89,11 @@ def test_malformed_records_are_quarantined_and_new_columns_rescued(
     lakehouse.add_table("bronze", "orders", bronze_spec())
     landing = lakehouse.path("landing", "orders")
     write_order_files(landing, files=2, per_file=10)
-    malformed = ['{"order_id": "m1", "quantity": ', "not json at all",
-                 '{"order_id": "m3", "quantity": "seven"}', "[1, 2, 3]"]
-    write_json_lines(landing / "mixed.json", [order(500), order(501)], malformed)
+    malformed = ['{"order_id": "m1", "quantity": ', "not json at all", "[1, 2, 3]",
+                 '{"order_id": "m4"} {"order_id": "m5"}']
+    # A value of another type is not malformed: the row is kept, the value rescued.
+    mistyped = '{"order_id": "m3", "quantity": "seven"}'
+    write_json_lines(landing / "mixed.json", [order(500), order(501)], [*malformed, mistyped])
     missing_a_key = {k: v for k, v in order(603, coupon="C3").items() if k != "customer_id"}
     write_json_lines(landing / "new_column.json",
                      [order(600, coupon="SAVE10", channel={"kind": "app"}), order(601),
@@ -108,16 +110,19 @@ def test_malformed_records_are_quarantined_and_new_columns_rescued(
         "malformed record: does not parse against the schema"
     }
     bronze = spark.table(table.full_name)
-    assert bronze.count() == 27
-    # Keys outside the schema are rescued whether a known key is null or missing beside them.
+    assert bronze.count() == 28
+    # Keys outside the schema are rescued whether a known key is null or missing beside them,
+    # with their JSON types; so is a value that does not fit its column (the column null).
     rescued = bronze.where(F.col("_rescued_data").isNotNull()).collect()
     assert {r["order_id"]: json.loads(r["_rescued_data"]) for r in rescued} == {
-        "o0000600": {"coupon": "SAVE10", "channel": '{"kind":"app"}'},
+        "o0000600": {"coupon": "SAVE10", "channel": {"kind": "app"}},
         "o0000602": {"coupon": "C2"},
         "o0000603": {"coupon": "C3"},
+        "m3": {"quantity": "seven"},
     }
-    assert summary.counts["records_read"] == 31
-    assert summary.counts["quarantined_rows"] == 4 and summary.rows_out == 27
+    assert bronze.where("order_id = 'm3'").first()["quantity"] is None
+    assert summary.counts["records_read"] == 32
+    assert summary.counts["quarantined_rows"] == 4 and summary.rows_out == 28
 
 
 class DeletingJob(BronzeJob):
@@ -423,7 +428,7 @@ def test_delete_mode_removes_ingested_files(spark: SparkSession, lakehouse: Lake
     assert not lakehouse.path("archive").exists()
 
 
-def test_csv_feed_quarantines_rows_that_do_not_fit(
+def test_csv_feed_quarantines_rows_with_another_number_of_fields(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
     spec = bronze_spec(format="csv", path="landing/customers",
@@ -436,11 +441,16 @@ def test_csv_feed_quarantines_rows_that_do_not_fit(
     )
     summary = run_bronze(spark, lakehouse, "customers")
     table = lakehouse.project().table("customers")
-    good = spark.table(table.full_name).select("customer_id", "name", "visits")
-    expected = spark.createDataFrame([("c1", "Ann", 3), ("c4", "Di", 5)], good.schema)
+    good = spark.table(table.full_name).select("customer_id", "name", "visits",
+                                               "_rescued_data")
+    # A value that does not fit its type is rescued (the row kept); a row with a field too
+    # many is malformed.
+    expected = spark.createDataFrame([("c1", "Ann", 3, None), ("c2", "Bob", None,
+                                                                '{"visits":"x"}'),
+                                      ("c4", "Di", 5, None)], good.schema)
     assert_df_equality(good, expected, ignore_row_order=True, ignore_nullable=True)
     raws = sorted(r["_raw"] for r in spark.table(table.qualified("quarantine")).collect())
-    assert raws == ["c2,Bob,x", "c3,Cy,4,extra"]
+    assert raws == ["c3,Cy,4,extra"]
     assert summary.counts["records_read"] == 4
 
 

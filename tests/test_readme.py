@@ -88,6 +88,13 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
     assert bronze["quarantined"] == feed["malformed_lines"] > 0
     assert bronze["files_archived"] == feed["files"] - 1  # all but the unreadable one
     assert bronze["files_quarantined"] == 1
+    # the extra key and the new column halfway are kept, rescued, in their rows
+    assert bronze["rescued"] == feed["extra_column_events"] + feed["new_column_events"] > 0
+    assert "rows with rescued values" in out
+    # the customers update, its columns in another order, is read by name
+    customers = spark.read.format("delta").load(str(root / "tables" / "silver" / "customers"))
+    updated = customers.where("segment = 'wholesale' AND country = 'LU'").count()
+    assert updated == feed["customer_updates"] > 0 and customers.count() == 200
     assert not list((root / "landing" / "orders").rglob("*.json*"))
     assert list((root / "_quarantine").rglob(feed["unreadable_file"]))
 

@@ -62,6 +62,8 @@ def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_pat
     # upload: appears whole, never overwrites; the local file may be named relatively
     s.upload(os.path.relpath(local), f"{root}/in/a.json")
     assert s.open(f"{root}/in/a.json").read() == b'{"a": 1}\n'
+    assert s.head(f"{root}/in/a.json", 4) == b'{"a"'
+    assert s.head(f"{root}/in/a.json", 100) == b'{"a": 1}\n'
     with pytest.raises(StorageError, match="expected no file"):
         s.upload(str(local), f"{root}/in/a.json")
     info = s.stat(f"{root}/in/a.json")

@@ -11,7 +11,12 @@ the lakehouse root first. The orders feed holds, besides the plain events:
 * **malformed lines**: a truncated JSON object and an HTML error page in every tenth file;
 * **rejected events**: orders with a quantity of 0, which silver's expectation quarantines;
 * **an extra column**: one file carries a ``coupon`` key the schema does not know (rescued);
+* **a producer change halfway**: from the middle file on, every event carries a new
+  ``channel`` key (rescued, or a new column under ``schema_evolution: addNewColumns``);
 * **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine).
+
+The customers feed is a CSV extract, then a second one that updates some customers with its
+columns in another order (read by name: each value lands in its own column).
 
 Event times advance by four hours a file, and a re-delivered file comes right after the next
 one: its events are within silver's deduplication delay (two days) of the first copies, so
@@ -63,6 +68,11 @@ class Feed:
     malformed_lines: int = 0
     rejected_events: int = 0  # quantity 0
     extra_column_file: str = ""
+    extra_column_events: int = 0  # lines holding it
+    new_column: str = "channel"
+    new_column_from: str = ""  # the first file whose events carry the new column
+    new_column_events: int = 0  # lines holding it
+    customer_updates: int = 0  # rows of the second customers extract (columns reordered)
     unreadable_file: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,7 +96,7 @@ def generate(project: ProjectConfig, orders: int = 500_000, files: int = 100,
     rng = random.Random(seed)
     landing = root / "landing"
     feed = _orders(landing / "orders", orders, files, rng)
-    _customers(landing / "customers", rng)
+    feed.customer_updates = _customers(landing / "customers", rng)
     _stores(landing / "stores")
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(feed.to_dict(), indent=2))
@@ -126,6 +136,7 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
     per_file = orders // files
     redeliver = {files // 3, (2 * files) // 3}
     extra_column = 2
+    new_column_from = files // 2
     sent: dict[int, list[str]] = {}
     n = 0
     for f in range(files):
@@ -140,6 +151,8 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
                 feed.rejected_events += 1
             if f == extra_column:
                 event["coupon"] = f"AUTUMN{rng.randrange(10, 30)}"
+            if f >= new_column_from:
+                event["channel"] = rng.choice(["store", "web", "app"])
             lines.append(json.dumps(event))
         feed.events += count
         # a till retries about one event in a hundred a little later
@@ -153,11 +166,18 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
             feed.malformed_lines += 2
         name = delivery.write(f"orders-{f:05d}.json", _lines(lines))
         feed.records += len(lines)
+        if f >= new_column_from:
+            feed.new_column_events += sum(1 for line in lines if '"channel"' in line)
+        if f == new_column_from:
+            feed.new_column_from = name
         if f == extra_column:
             feed.extra_column_file = name
+            feed.extra_column_events = sum(1 for line in lines if '"coupon"' in line)
         sent[f] = lines
         if f - 1 in redeliver:  # the export of f - 1 is re-sent after f
             again = delivery.write(f"orders-{f - 1:05d}-resent.json", _lines(sent[f - 1]))
+            if f - 1 >= new_column_from:
+                feed.new_column_events += sum(1 for line in sent[f - 1] if '"channel"' in line)
             feed.redelivered_files.append(again)
             feed.redelivered_records += len(sent[f - 1])
             feed.records += len(sent[f - 1])
@@ -207,13 +227,21 @@ def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None
     }
 
 
-def _customers(folder: Path, rng: random.Random) -> None:
+def _customers(folder: Path, rng: random.Random) -> int:
+    """The customers extract, then an update of some of them whose columns come in another
+    order (matched by name); returns the update's rows."""
     rows = ["customer_id,name,segment,country,updated_at"]
     rows += [f"c{c:04d},Customer {c},{rng.choice(['retail', 'business'])},"
              f"{rng.choice(['NL', 'DE', 'FR', 'BE'])},2026-10-01T00:00:00Z"
              for c in range(CUSTOMERS)]
     rows.append("c9999,Bad Row,retail,NL,not-a-timestamp,extra")  # does not fit: quarantined
-    _Delivery(folder, 1).write("customers.csv", _lines(rows))
+    delivery = _Delivery(folder, 2)
+    delivery.write("customers.csv", _lines(rows))
+    updated = range(0, CUSTOMERS, 10)
+    update = ["updated_at,country,segment,customer_id,name"]
+    update += [f"2026-11-01T00:00:00Z,LU,wholesale,c{c:04d},Customer {c}" for c in updated]
+    delivery.write("customers-update.csv", _lines(update))
+    return len(updated)
 
 
 def _stores(folder: Path) -> None:
@@ -280,6 +308,15 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
         }
         if "files_quarantined" in counts:
             figures["files_quarantined"] = counts["files_quarantined"]
+        if "rescued_rows" in counts:
+            figures["rescued"] = counts["rescued_rows"]
+        history = table.companion_location("schemas")
+        if table.layer is Layer.BRONZE and os.path.isdir(os.path.join(history, "_delta_log")):
+            figures["schema_changes"] = [
+                {"version": r["version"], "batch_id": r["batch_id"], "cause": r["cause"],
+                 "added": r["added"], "widened": r["widened"]}
+                for r in spark.read.format("delta").load(history).orderBy("version").collect()
+                if r["version"] > 1]
         layers.setdefault(table.layer.value, {})[table.name] = figures
     summary: dict[str, Any] = {
         "root": project.env.root,
@@ -318,7 +355,10 @@ def render(summary: dict[str, Any]) -> str:
         f"{len(feed['redelivered_files'])} re-delivered files ({feed['redelivered_records']:,} "
         f"lines), {feed['late_events']:,} late events, {feed['malformed_lines']} malformed "
         f"lines, {feed['rejected_events']} orders of quantity 0, an extra column in "
-        f"{feed['extra_column_file']}, unreadable {feed['unreadable_file']}"
+        f"{feed['extra_column_file']}, a new column '{feed['new_column']}' from "
+        f"{feed['new_column_from']} on ({feed['new_column_events']:,} lines), unreadable "
+        f"{feed['unreadable_file']}; customers: an update of {feed['customer_updates']} "
+        "with its columns in another order"
         + ("" if feed["generated_now"] else " (generated by an earlier run)"),
         "",
     ]
@@ -334,6 +374,17 @@ def render(summary: dict[str, Any]) -> str:
                          f"{f['quarantined']:,}", f"{f['duplicates_dropped']:,}",
                          f"{f['late_rows_dropped']:,}", archived))
     out.append(render_table(header, rows, sep="  "))
+    for layer, tables in summary["layers"].items():
+        for name, f in tables.items():
+            if f.get("rescued"):
+                out.append(f"{layer}.{name}: {f['rescued']:,} rows with rescued values "
+                           "(_rescued_data)")
+            for change in f.get("schema_changes", []):
+                what = "; ".join(part for part in (
+                    f"added {change['added']}" if change["added"] else "",
+                    f"widened {change['widened']}" if change["widened"] else "") if part)
+                out.append(f"{layer}.{name}: schema v{change['version']} from batch "
+                           f"{change['batch_id']} ({change['cause']}): {what}")
     query = summary.get("query")
     if query:
         out += ["", f"gold query: {query['sql']}",

@@ -212,6 +212,15 @@ class AdlsStorage:
         file = self.client.get_file_client(p.filesystem, p.path)
         return io.BytesIO(self._call("read", path, lambda: file.download_file().readall()))
 
+    def head(self, path: str, size: int) -> bytes:
+        p = self._parse(path)
+        file = self.client.get_file_client(p.filesystem, p.path)
+        length = min(size, self.stat(path).size)
+        if length == 0:
+            return b""
+        return bytes(self._call("read", path,
+                                lambda: file.download_file(offset=0, length=length).readall()))
+
     def move(self, src: str, dst: str) -> None:
         s, d = self._parse(src), self._parse(dst)
         if self.exists(dst):

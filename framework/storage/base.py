@@ -30,6 +30,10 @@ class Storage(Protocol):
     def open(self, path: str) -> IO[bytes]:
         """The file's bytes (small files: checkpoint logs, manifests)."""
 
+    def head(self, path: str, size: int) -> bytes:
+        """The file's first ``size`` bytes at most (a CSV file's header), without reading the
+        rest; a missing file is a :class:`StorageError`."""
+
     def move(self, src: str, dst: str) -> None:
         """Move a file, creating the target's parents; an existing target is an error."""
 

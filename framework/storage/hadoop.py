@@ -65,6 +65,18 @@ class HadoopStorage:
 
         return io.BytesIO(self._call("read", path, read))
 
+    def head(self, path: str, size: int) -> bytes:
+        fs, p = self._fs(path)
+
+        def read() -> bytes:
+            stream = fs.open(p)
+            try:
+                return bytes(stream.readNBytes(size))
+            finally:
+                stream.close()
+
+        return self._call("read", path, read)
+
     def move(self, src: str, dst: str) -> None:
         fs, s = self._fs(src)
         _, d = self._fs(dst)

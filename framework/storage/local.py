@@ -35,6 +35,10 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot open {local_path(path)}: {exc}") from exc
 
+    def head(self, path: str, size: int) -> bytes:
+        with self.open(path) as fh:
+            return fh.read(size)
+
     def move(self, src: str, dst: str) -> None:
         s, d = local_path(src), local_path(dst)
         if os.path.exists(d):
