@@ -207,11 +207,21 @@ class ProgressListener(StreamingQueryListener):
         with self._cond:
             self._progress.setdefault(str(p.runId), []).append(batch)
             self._cond.notify_all()
-        self._log(p.name).info("stream.batch.progress", **batch.event_fields())
         with self._cond:
             watchers = list(self._watchers)
             counter = self._rows.get(p.name or "")
             hook = self._hooks.get(p.name or "")
+        fields = batch.event_fields()
+        if counter is not None:  # the job counts its batch's rows itself (see batch_rows)
+            try:
+                rows = counter(batch)
+            except Exception:
+                rows = batch.input_rows
+            if rows != batch.input_rows:
+                seconds = batch.duration_ms.get("triggerExecution", 0) / 1000
+                fields |= {"input_rows": rows, "processed_rows_per_second":
+                           round(rows / seconds, 1) if seconds else 0.0}
+        self._log(p.name).info("stream.batch.progress", **fields)
         if hook is not None:
             try:
                 hook(batch)

@@ -35,7 +35,8 @@ def test_a_failing_query_exits_non_zero_and_logs_the_failure(
     lakehouse.add_table("bronze", "orders", bronze_spec())
     write_order_files(lakehouse.path("landing", "orders"), files=1, per_file=3)
     table = lakehouse.project().table("orders")
-    # The table already exists with an incompatible type: the batch's append fails.
+    # The table already exists with an incompatible type: the run fails before its query
+    # starts, naming the column.
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {lakehouse.schemas['bronze']}")
     spark.sql(f"CREATE TABLE {table.full_name} (order_id INT) USING DELTA "
               f"LOCATION '{table.location}'")
@@ -45,7 +46,8 @@ def test_a_failing_query_exits_non_zero_and_logs_the_failure(
     assert "failed" in captured.out and table.full_name in captured.out
     events = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
     failed = [e for e in events if e["event"] == "job.failed"]
-    assert failed and "step 'stream' failed" in failed[0]["error"]
+    assert failed and "step 'prepare' failed" in failed[0]["error"]
+    assert "'order_id'" in failed[0]["error"] and "widen" in failed[0]["error"]
     # nothing was archived: the batch did not commit
     assert len(files_under(lakehouse.path("landing", "orders"))) == 1
 

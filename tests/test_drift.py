@@ -382,3 +382,41 @@ def test_a_run_stopped_between_altering_the_table_and_recording_it_is_completed(
         (1, 0, "created", None), (2, 1, "addNewColumns", "qty")]
     rows = {r["id"]: r["qty"] for r in spark.table(table.full_name).collect()}
     assert rows == {"e1": None, "e2": 4}
+
+
+def test_a_csv_file_without_its_header_is_quarantined_not_read_short(
+        spark: SparkSession, lakehouse: Lakehouse) -> None:
+    """header: true and a file whose first line is data: the line was taken for a header and
+    its row lost; now the file goes whole to the quarantine folder, the reason in the ledger;
+    header: false reads every line."""
+    lakehouse.add_table("bronze", "customers", spec("csv"))
+    landing = lakehouse.path("landing", "csv")
+    landing.mkdir(parents=True)
+    rows = "".join(f"d{i},{TS},{i},north\n" for i in range(5))
+    (landing / "no-header.csv").write_text(rows)
+    summary = ok(run(spark, lakehouse, "customers"))
+    table = lakehouse.project().table("customers")
+    assert spark.table(table.full_name).count() == 0 and summary.counts["failed_files"] == 1
+    (row,) = spark.table(table.qualified("files")).collect()
+    assert row["status"] == "quarantined" and "options.header" in row["error"]
+
+    lakehouse.add_table("bronze", "positional", spec("csv", path="landing/positional",
+                                                     options={"header": "false"}))
+    (lakehouse.path("landing", "positional")).mkdir(parents=True)
+    (lakehouse.path("landing", "positional") / "no-header.csv").write_text(rows)
+    ok(run(spark, lakehouse, "positional"))
+    got = spark.table(lakehouse.project().table("positional").full_name)
+    assert sorted(r["id"] for r in got.collect()) == [f"d{i}" for i in range(5)]
+
+
+def test_a_json_feed_in_latin1_is_read_in_its_encoding(
+        spark: SparkSession, lakehouse: Lakehouse) -> None:
+    """options.encoding is honoured for JSON as for CSV (it was quarantined as not UTF-8)."""
+    lakehouse.add_table("bronze", "orders", spec("json", options={"encoding": "ISO-8859-1"}))
+    landing = lakehouse.path("landing", "json")
+    landing.mkdir(parents=True)
+    (landing / "a.json").write_bytes(
+        f'{{"id": "e1", "ts": "{TS}", "region": "Münster"}}\n'.encode("iso-8859-1"))
+    summary = ok(run(spark, lakehouse, "orders"))
+    (row,) = spark.table(lakehouse.project().table("orders").full_name).collect()
+    assert row["region"] == "Münster" and summary.counts["failed_files"] == 0
