@@ -28,7 +28,6 @@ from enum import StrEnum
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
     DataType,
@@ -191,8 +190,3 @@ class SchemaHistory:
 def addable(name: str) -> bool:
     """Whether a new column of this name can be added to a Delta table as it is."""
     return bool(name) and not (set(name) & UNSAFE_NAME)
-
-
-def history_frame(spark: SparkSession, location: str) -> Any:
-    """The schema history, newest last (for ``medallion schema``)."""
-    return spark.read.format("delta").load(location).orderBy(F.col("version"))

@@ -434,11 +434,5 @@ def _utf8_or_fail(valid: Column) -> Column:
     return F.when(valid, F.lit(True)).otherwise(F.raise_error(message).cast("boolean"))
 
 
-def stream_reader_format(spec: BronzeTableSpec) -> str:
-    """The format the stream lists the feed's files with: the stream's rows are never read
-    (each batch reads its files by name, :class:`FeedReader`), so the cheapest to plan."""
-    return "text" if spec.source.format is not SourceFormat.PARQUET else "binaryFile"
-
-
 __all__ += ["HeaderError", "SchemaEvolution", "csv_header", "schema_change_error",
-            "stream_reader_format", "too_large"]
+            "too_large"]
