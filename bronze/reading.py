@@ -268,11 +268,7 @@ class FeedReader:
         if not row or not str(row[0]["value"]).strip():
             raise HeaderError("expected a header line (options.header is true), found an "
                               "empty file or an empty first line")
-        sep = str(options.get("sep", options.get("delimiter", ",")))
-        quote = str(options.get("quote", '"')) or '"'
-        names = next(csv.reader(io.StringIO(str(row[0]["value"]).removeprefix("\ufeff")),
-                                delimiter=sep[0], quotechar=quote[0]), [])
-        return tuple(n if n else f"_c{i}" for i, n in enumerate(names)), ""
+        return header_names(str(row[0]["value"]).removeprefix("\ufeff"), options), ""
 
     def _parquet_groups(self, files: Sequence[str]) -> dict[StructType, list[str]]:
         """The files by their schema: one group of the files' merged schema, or, when their
@@ -328,7 +324,6 @@ def csv_header(storage: Storage, path: str, options: Mapping[str, str]
     feed's separator and quote) and its line ending (``\\r\\n`` or ``\\n``), from its first
     bytes; gzip and bzip2 files are decompressed as far as needed."""
     encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
-    sep = str(options.get("sep", options.get("delimiter", ",")))
     quote = str(options.get("quote", '"')) or '"'
     size = HEADER_BYTES
     while True:
@@ -348,9 +343,16 @@ def csv_header(storage: Storage, path: str, options: Mapping[str, str]
                           "file or an empty first line")
     line = decoded if end is None else decoded[:end]
     newline = "\r\n" if line.endswith("\r\n") else "\n"
-    reader = csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=sep[0], quotechar=quote[0])
-    names = next(reader, [])
-    return tuple(n if n else f"_c{i}" for i, n in enumerate(names)), newline
+    return header_names(line.rstrip("\r\n"), options), newline
+
+
+def header_names(line: str, options: Mapping[str, str]) -> tuple[str, ...]:
+    """The column names of a CSV header line, read with the feed's separator and quote (an
+    empty name is ``_c<position>``, as Spark names it)."""
+    sep = str(options.get("sep", options.get("delimiter", ",")))
+    quote = str(options.get("quote", '"')) or '"'
+    names = next(csv.reader(io.StringIO(line), delimiter=sep[0], quotechar=quote[0]), [])
+    return tuple(n if n else f"_c{i}" for i, n in enumerate(names))
 
 
 def _record_end(text: str, quote: str) -> int | None:
