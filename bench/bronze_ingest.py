@@ -14,7 +14,8 @@ files (new names) for each. The sides:
   (``try_parse_json``) and with ``from_json`` against the schema with a corrupt-record column,
   keys outside the schema and values that do not fit their type rescued as typed JSON (the
   framework's own expressions, :func:`bronze.reading.parse_json_lines`), the five ingestion
-  columns (source file, its time and size, ingestion time, batch id), the good rows appended
+  columns (source file named as the ledger names it, its time and size, ingestion time, batch
+  id), the good rows appended
   exactly once (``foreachBatch`` with Delta's ``txnAppId``/``txnVersion``);
 - ``bare``: ``readStream.json`` with the schema into Delta's streaming sink.
 
@@ -51,6 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from bench.common import BenchLakehouse
+from bronze.batch import file_name
 from bronze.conform import Conformer
 from bronze.job import BronzeJob
 from bronze.reading import parse_json_lines
@@ -138,7 +140,7 @@ def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-de
     records = parsed.select(
         *[c for c in parsed.columns if c not in ("_metadata", "_corrupt_reason",
                                                  "_dropped_columns")],
-        F.col("_metadata.file_path").alias("_source_file"),
+        file_name(F.col("_metadata.file_path")).alias("_source_file"),
         F.col("_metadata.file_modification_time").alias("_file_modification_time"),
         F.col("_metadata.file_size").alias("_file_size"))
     table = str(out / "table")

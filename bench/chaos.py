@@ -4,8 +4,10 @@ and compare the lake with a clean run of the same feed.
     python bench/chaos.py --kills 20 --seed 1 [--terms 2] [--faults 0.3] [--orders 3000]
 
 The demo's generator writes one dirty feed (duplicates, re-deliveries, malformed lines, an
-unreadable file), delivered in ``--deliveries`` slices and a reserve one (in the order of the
-files' times) into two fresh roots. The tables are the demo's, plus what the demo leaves
+unreadable file, a new key halfway), delivered in ``--deliveries`` slices and a reserve one
+(in the order of the files' times) into two fresh roots; from the second delivery on, one
+orders file and one customers file are landed again under a name already ingested, with other
+bytes. The tables are the demo's, plus what the demo leaves
 out: its mart materialized, and a gold aggregate in append mode. After each delivery the
 clean root is run once with ``medallion run all`` (availableNow). The chaos root is run the
 same way, as its own process group, and interrupted, restarted, interrupted again... until
@@ -14,8 +16,11 @@ lands.
 
 Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
 phase, then a seeded random delay of up to the phase's length, and kills the process group
-with SIGKILL. The phases: session start-up and the metastore, a bronze query's first listing,
-mid-batch, between a bronze commit and its ledger commit, a batch's moves of its files (after
+with SIGKILL. The phases: session start-up and the metastore, just after the run took the
+lake's lease, a file delivered again under a used name being set aside (customers,
+``redelivery: skip``: between its ledger row and its move) or renamed to be ingested (orders),
+a bronze query's first listing, mid-batch, a schema change (the table altered, the history not
+yet written), between a bronze commit and its ledger commit, a batch's moves of its files (after
 its ledger commit), the ledger's replace (a move refused), a silver MERGE, a gold MERGE, a gold
 append, the mart's rewrite, and a moment drawn over the clean run's duration. A delivery takes
 the moments drawn over the run first, then its kills in the pipeline's order; one whose run
@@ -95,6 +100,11 @@ class Phase:
 
 PHASES = [  # in the pipeline's order
     Phase("start-up", None, 14.0),
+    Phase("lease", "lake.lease.taken", 1.0),
+    # (customers run before orders: bronze tables run in the order of their names)
+    Phase("redelivery-skip", "bronze.deliveries.quarantining", 0.5, "customers",
+          needs=("customers",)),
+    Phase("redelivery", "bronze.file.redelivering", 0.3, "orders", needs=("orders",)),
     Phase("listing", "stream.query.started", 0.6, "bronze"),
     Phase("mid-batch", "bronze.batch.started", 1.5),
     Phase("schema-change", "bronze.schema.changing", 1.5, "orders"),
@@ -114,6 +124,7 @@ ORDER = {p.name: i for i, p in enumerate(PHASES)}
 FIRST = {**ORDER, "anywhere": -1}
 FAULT = re.compile(r"injected fault: (\w+ of \S+) refused")
 BY_NAME = {p.name: p for p in PHASES}
+DELIVERY = re.compile(r"\.delivery-\d{8}T\d{9}Z(-\d+)?")
 
 
 @dataclass
@@ -154,6 +165,11 @@ def write_tables(work: Path, only: set[str] | None = None) -> None:
     spec = yaml.safe_load(orders.read_text())
     spec["source"]["schema_evolution"] = "addNewColumns"
     orders.write_text(yaml.safe_dump(spec, sort_keys=False))
+    # A customers file sent again under its name is set aside (the orders' is ingested).
+    customers = tables / "bronze" / "customers.yaml"
+    spec = yaml.safe_load(customers.read_text())
+    spec["source"]["redelivery"] = "skip"
+    customers.write_text(yaml.safe_dump(spec, sort_keys=False))
     final = yaml.safe_load((tables / "gold" / "store_sales.yaml").read_text())
     final.update(description="Orders and revenue per store and day, written once the day is "
                              "final.", output_mode="append")
@@ -189,6 +205,26 @@ def deliveries(landing: Path, count: int) -> list[list[Path]]:
                    key=lambda p: (p.stat().st_mtime_ns, p.name))
     size = math.ceil(len(files) / count)
     return [files[i:i + size] for i in range(0, len(files), size)]
+
+
+def sent_again(slices: list[list[Path]], feed: Path, again: Path, delivery: int
+               ) -> list[Path]:
+    """New deliveries, under names already delivered, for delivery ``delivery``: the first
+    orders file of the slice before, and the first customers file delivered so far, each
+    without its last ``delivery`` lines (a re-export), written under ``again`` (as under
+    ``feed``) with a time after every earlier file's."""
+    copies = []
+    for table, earlier in (("orders", slices[delivery - 1]),
+                           ("customers", [f for s in slices[:delivery] for f in s])):
+        first = next((f for f in earlier if f.parent.name == table), None)
+        if first is None:
+            continue
+        target = again / f"{delivery}" / first.relative_to(feed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lines = first.read_bytes().splitlines(keepends=True)
+        target.write_bytes(b"".join(lines[:-delivery]))
+        copies.append(target)
+    return copies
 
 
 def deliver(files: list[Path], feed: Path, roots: list[Path]) -> None:
@@ -314,8 +350,10 @@ def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | Non
 
 # ---------------------------------------------------------------------------------- checks
 def files_under(folder: Path, names: set[str]) -> list[str]:
-    """The feed's files under ``folder`` (not the archive's own manifests)."""
-    return sorted(p.name for p in folder.rglob("*") if p.is_file() and p.name in names)
+    """The feed's files under ``folder`` (not the archive's own manifests), a file sent again
+    under the name it was given (``x.delivery-<time>Z.json``)."""
+    return sorted(p.name for p in folder.rglob("*")
+                  if p.is_file() and DELIVERY.sub("", p.name) in names)
 
 
 def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
@@ -464,6 +502,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     restarts = 0
     for d, files in enumerate(slices):
         deliver(files, feed, [clean.root, chaos.root])
+        if d > 0:  # files sent again under names already ingested
+            deliver(sent_again(slices, feed, work / "again", d), work / "again" / f"{d}",
+                    [clean.root, chaos.root])
         duration = run_through(work, clean)
         left = max(len(slices) - (not args.no_reserve) - d, 1)  # the reserve: what is left
         share = math.ceil((len(plan) + len(pending)) / left)

@@ -67,13 +67,23 @@ def records_schema(table: Table) -> StructType:
                           file=table.source_file, key="source.schema") from exc
 
 
+def file_name(uri: Column) -> Column:
+    """A file's URI as Spark's ``_metadata`` gives it, as the file ledger's ``path`` names it
+    (:func:`framework.storage.from_uri`, in Spark): percent-escapes decoded (``a%23b`` ->
+    ``a#b``; a ``+`` stays one), a local file as a plain path (``file:///p`` -> ``/p``), a
+    path without authority as ``s:///p``."""
+    decoded = F.url_decode(F.replace(uri, F.lit("+"), F.lit("%2B")))
+    local = F.regexp_replace(decoded, r"^file:(//)?(?=/)", "")
+    return F.regexp_replace(local, r"^([A-Za-z0-9]+):/(?!/)", "$1:///")
+
+
 def with_file_columns(df: DataFrame) -> DataFrame:
-    """The records with their source file's path, modification time and size (from Spark's
-    hidden ``_metadata``) in place of ``_metadata``."""
+    """The records with their source file's path (as the ledger names it), modification time
+    and size (from Spark's hidden ``_metadata``) in place of ``_metadata``."""
     meta = F.col("_metadata")
     return df.select(
         *[c for c in df.columns if c != "_metadata"],
-        meta.file_path.alias(SOURCE_FILE),
+        file_name(meta.file_path).alias(SOURCE_FILE),
         meta.file_modification_time.alias(FILE_MTIME),
         meta.file_size.alias(FILE_SIZE),
     )

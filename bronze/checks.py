@@ -99,7 +99,7 @@ class FileChecks:
         footers = parquet_footer_counts(self.spark, files)
         columns = [c for c in stamped.columns if c != SOURCE_FILE and c not in INTERNAL]
         decoded = stamped.groupBy(SOURCE_FILE).agg(F.count(F.hash(*columns)).alias("count"))
-        read = {from_uri(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
+        read = {ledger_path(r[SOURCE_FILE]): int(r["count"]) for r in decoded.collect()}
         for path, rows in footers.items():
             if read.get(path, 0) != rows:
                 raise ShortRead(path, f"read {read.get(path, 0)} rows, the footer says {rows}")
@@ -176,9 +176,15 @@ def parquet_footer_counts(spark: SparkSession, files: Sequence[str]) -> dict[str
 
 
 def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
-    """Rows of ``df`` per source file (by local path)."""
-    return {from_uri(r[column]): int(r["count"])
+    """Rows of ``df`` per source file (by the ledger's path)."""
+    return {ledger_path(r[column]): int(r["count"])
             for r in df.groupBy(column).count().collect()}
+
+
+def ledger_path(source_file: str) -> str:
+    """A ``_source_file`` value as the ledger names the file: as it is, or decoded for a row
+    written before ``_source_file`` held the ledger's form (a ``file:`` URI)."""
+    return from_uri(source_file) if source_file.startswith("file:") else source_file
 
 
 def _condition(spark: SparkSession, throwable: Any) -> str:

@@ -151,7 +151,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     project = project_of(args)
     table = project.table(args.table, Layer.BRONZE)
     spec = _spec(table)
-    spark = spark_for(project, "medallion-schema")
+    spark = spark_for(project, "medallion-schema", writes=bool(args.add))
     internal = [*([spec.rescued_column] if spec.rescued_column else []),
                 *[f.name for f in METADATA_FIELDS]]
     history = SchemaHistory(spark, name=table.qualified("schemas"),

@@ -317,6 +317,7 @@ class Deliveries:
         if renamed is None:
             return info, None, (f"delivered again under a name already {seen}; no new name "
                                 "for it matches source.path and source.path_glob_filter")
+        self.log.debug("bronze.file.redelivering", path=info.path, renamed_to=renamed)
         try:
             self.storage.move(info.path, renamed)
         except StorageError as exc:
@@ -389,6 +390,7 @@ class Deliveries:
                          "quarantined_rows": 0, "status": FileStatus.QUARANTINED.value,
                          "error": reason, "location": target, "ingested_at": now,
                          "updated_at": now})
+        self.log.debug("bronze.deliveries.quarantining", files=len(moves), new_rows=len(rows))
         if rows:
             append(ledger_frame(self.spark, rows), self.ledger, WRITER, REDELIVERY_BATCH)
         for info, target, reason in moves:

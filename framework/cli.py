@@ -1,7 +1,7 @@
 """The ``medallion`` command.
 
 Exit codes: 0 success (a run stopped on request is a success), 1 a job failed, 2 the
-configuration or the command line is invalid.
+configuration or the command line is invalid, or another command holds the lake.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -22,8 +23,10 @@ from framework.commands import (
     Commands,
     common_options,
     installed_commands,
+    lake_run_id,
     print_table,
     project_of,
+    release_lake,
     spark_for,
     storage_of,
     write_json,
@@ -45,6 +48,17 @@ from framework.redaction import redacted_output
 if TYPE_CHECKING:
     pass
 
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rows, 1 or more, found "
+                                         f"{text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
                        description="Run SQL on the lakehouse (tables by name) and print a table.")
     p.add_argument("query")
-    p.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    p.add_argument("--limit", type=_positive, default=100,
+                   help="rows to print at most (default 100; says so when it cuts)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.add_argument("--explain-pruning", action="store_true",
                    help="run the query and print what its scans pruned (dynamic pruning in "
@@ -146,6 +161,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or getattr(args, "default_log_level", "info")
     fmt = configure_logging(args.log_format, level)
+    if level == "debug":  # Spark's log with its Java stacks (framework.session)
+        os.environ["MEDALLION_JAVA_STACKS"] = "1"
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         if level != "debug":  # PySpark logs each analysis error with its JVM stack
@@ -164,6 +181,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # not one the framework knows: its first line, stack on request
         _report(args.command, exc, fmt, level, unexpected=True)
         return EXIT_FAILED
+    finally:
+        release_lake()
 
 
 def _report(command: str, exc: Exception, fmt: LogFormat, level: str,
@@ -195,13 +214,18 @@ def quiet_query_loggers() -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    if not args.no_spark:
+    """Every problem in one pass: the configuration's, then the SQL of every table whose
+    spec could be read (Spark parses and plans it; none with ``--no-spark``)."""
+    from framework.config.loader import load_checked
+
+    project, problems = load_checked(args.conf, args.env)
+    if project is not None and not args.no_spark:
         from framework.sqlcheck import parser_session, sql_problems
 
-        problems = sql_problems(parser_session(), project)
-        if problems:
-            raise ConfigValidationError(problems)
+        problems += sql_problems(parser_session(), project)
+    if problems:
+        raise ConfigValidationError(problems)
+    assert project is not None
     by_layer: dict[str, list[str]] = {}
     for t in project.tables:
         by_layer.setdefault(t.layer.value, []).append(t.full_name)
@@ -226,8 +250,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not tables:
         print(f"no tables configured for layer {args.layer!r}", file=sys.stderr)
         return EXIT_CONFIG
-    summary = run_until_stopped(spark_for(project, f"medallion-{args.layer}"), project,
-                                tables, args.continuous)
+    spark = spark_for(project, f"medallion run {args.layer}", writes=True)
+    summary = run_until_stopped(spark, project, tables, args.continuous,
+                                run_id=lake_run_id())
     print(summary.render())
     if args.summary:
         write_json(args.summary, summary.to_dict())
@@ -294,12 +319,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return EXIT_OK
     with query_errors():
         df = spark.sql(args.query)
-        rows = df.limit(args.limit).collect()
+        rows = df.limit(args.limit + 1).collect()  # one more: whether the output is cut
+    cut = len(rows) > args.limit
+    rows = rows[:args.limit]
     if args.json:
         for r in rows:
             print(json.dumps(r.asDict(recursive=True), default=str))
     else:
         print_table(df.columns, [list(r) for r in rows])
+    if cut:  # on stderr for JSON lines (stdout holds rows only), under the table otherwise
+        print(f"output cut at {args.limit} row{'s' if args.limit != 1 else ''}: the query "
+              "returns more (--limit N shows more)", file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
 
 
@@ -319,7 +349,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     project = project_of(args)
     table = project.table(args.table)
-    spark = spark_for(project, "medallion-optimize")
+    spark = spark_for(project, "medallion-optimize", writes=True)
     if not spark.catalog.tableExists(table.full_name):
         raise TableNotFoundError(f"expected table {table.full_name} to exist, found none "
                                  "(run its layer first)")

@@ -6,7 +6,7 @@ the log options) and a handler ``(args) -> exit code``. The helpers here load th
 start Spark the same way for every command.
 
 Exit codes: 0 success (a run stopped on request is a success), 1 a job failed, 2 the
-configuration or the command line is invalid.
+configuration or the command line is invalid, or another command holds the lake.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from framework.config.loader import load_project
-from framework.config.model import ProjectConfig
+from framework.config.model import ProjectConfig, Runtime
 from framework.logging import LogFormat
 from framework.redaction import redact
 from framework.text import render_table
@@ -26,6 +26,7 @@ from framework.text import render_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from framework.lease import Lease
     from framework.storage import Storage
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
@@ -45,6 +46,9 @@ def common_options() -> argparse.ArgumentParser:
         default=LogFormat.AUTO.value,
         help="auto: readable on a terminal, JSON otherwise",
     )
+    common.add_argument(
+        "--wait", action="store_true",
+        help="if another command holds the lake, wait for it (default: exit 2 at once)")
     common.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"],
         help="default: info; warning for the demo, whose progress lines say what happens"
@@ -77,14 +81,65 @@ def installed_commands() -> list[Callable[[Commands], None]]:
 
 
 def project_of(args: argparse.Namespace) -> ProjectConfig:
-    """The project the command's ``--conf`` and ``--env`` name."""
+    """The project the command's ``--conf`` and ``--env`` name (``--wait`` noted for the
+    lake's lease)."""
+    _Lake.wait = bool(getattr(args, "wait", False))
     return load_project(args.conf, args.env)
 
 
-def spark_for(project: ProjectConfig, app: str) -> SparkSession:
-    """The Spark session of the project's environment (started on first use)."""
+class _Lake:
+    """The lake's lease as this process holds it (one per process: the command's)."""
+
+    lease: Lease | None = None
+    wait: bool = False
+
+
+def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | None:
+    """Take the lake's lease (:mod:`framework.lease`) before Spark starts: always for a
+    command that writes, and for any command when the metastore is an embedded Derby
+    database, which one process at a time can open. Returns the lease's run id (None when
+    no lease is needed); a lake held by another command is a :class:`LakeInUseError`, or
+    is waited for after ``--wait``."""
+    from framework.lease import Lease
+    from framework.session import detect_runtime
+    from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
+
+    if _Lake.lease is not None:
+        return _Lake.lease.run_id
+    env = project.env
+    runtime = env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
+    embedded = runtime is Runtime.LOCAL and not (env.metastore or "").startswith("thrift://")
+    if not (writes or embedded):
+        return None
+    if scheme_of(env.root) in ("", "file") or (scheme_of(env.root) in IMPLEMENTATIONS
+                                               and env.storage is not None):
+        store = storage_for(env.root, env)
+    else:  # hdfs://, dbfs:/...: through Spark's file system (a cluster's metastore, not Derby)
+        from framework.session import get_spark
+
+        store = storage_for(env.root, env, get_spark(env, command))
+    _Lake.lease = Lease(store, env.root, command).acquire(_Lake.wait)
+    return _Lake.lease.run_id
+
+
+def lake_run_id() -> str | None:
+    """The run id of the lease this process holds (None without one)."""
+    return _Lake.lease.run_id if _Lake.lease is not None else None
+
+
+def release_lake() -> None:
+    """Give the lake back, if this process took it."""
+    if _Lake.lease is not None:
+        _Lake.lease.release()
+        _Lake.lease = None
+
+
+def spark_for(project: ProjectConfig, app: str, *, writes: bool = False) -> SparkSession:
+    """The Spark session of the project's environment (started on first use), after taking
+    the lake's lease where :func:`take_lake` says one is needed."""
     from framework.session import get_spark
 
+    take_lake(project, app, writes=writes)
     return get_spark(project.env, app)
 
 

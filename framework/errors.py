@@ -160,6 +160,11 @@ class UsageError(MedallionError):
     not configured, SQL Spark rejects, a file that does not exist); exit code 2."""
 
 
+class LakeInUseError(UsageError):
+    """Raised when another command holds the lake's lease (:mod:`framework.lease`): says
+    which run, on which host, since when; exit code 2."""
+
+
 class TableNotFoundError(UsageError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
 

@@ -37,6 +37,24 @@ _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86_400, "week": 604_80
 _PART = re.compile(r"(\d+)\s+(second|minute|hour|day|week)s?", re.IGNORECASE)
 
 
+INTERVAL = re.compile(
+    r"^\s*\d+\s+(second|minute|hour|day|week)s?(\s+\d+\s+(second|minute|hour|day|week)s?)*\s*$",
+    re.IGNORECASE,
+)
+
+
+def check_interval(value: str, *, positive: bool = True) -> str:
+    """``value`` if it is an interval the specs accept (``'10 minutes'``, ``'1 hour 30
+    minutes'``), longer than zero unless ``positive`` is False (a watermark's delay may be
+    zero); else ValueError saying what was expected and what was found, once."""
+    if not INTERVAL.match(value):
+        raise ValueError(f"expected an interval such as '10 minutes' or '1 hour', found "
+                         f"{value!r}")
+    if positive and interval_seconds(value) <= 0:
+        raise ValueError(f"expected an interval longer than zero, found {value!r}")
+    return value
+
+
 def interval_seconds(text: str) -> int:
     """``'2 days'``, ``'1 hour 30 minutes'`` (the intervals specs accept) in seconds."""
     parts = _PART.findall(text)

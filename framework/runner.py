@@ -18,12 +18,16 @@ from framework.logging import get_logger
 
 
 def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Sequence[Table],
-                      continuous: bool, watch: Callable[..., None] | None = None) -> RunSummary:
+                      continuous: bool, watch: Callable[..., None] | None = None,
+                      run_id: str | None = None) -> RunSummary:
     """Run ``tables`` in order (:func:`run_tables`); SIGTERM and SIGINT stop them at a batch
-    boundary. ``watch`` is called with each micro-batch's progress."""
+    boundary. ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake
+    lease's, when the command took one."""
     ctx = RunContext(
         trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval)
     )
+    if run_id:
+        ctx.run_id = run_id
     watching = (ProgressListener.install(spark).watching(watch) if watch
                 else contextlib.nullcontext())
     with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:

@@ -104,12 +104,14 @@ def driver_class_path() -> dict[str, str]:
 
 def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:
     """Serve the environment's catalog until SIGTERM or SIGINT."""
+    from framework.commands import take_lake
     from framework.session import get_spark
 
     host = host or os.environ.get(HOST_VARIABLE) or "localhost"
     port = port or int(os.environ.get(PORT_VARIABLE) or DEFAULT_PORT)
     mode = authentication(project)
     check_address(mode, host, port)
+    take_lake(project, "medallion serve", writes=False)  # the embedded metastore: one process
     # HiveServer2 takes its address from these variables of the driver's JVM, started below
     os.environ["HIVE_SERVER2_THRIFT_PORT"] = str(port)
     os.environ["HIVE_SERVER2_THRIFT_BIND_HOST"] = host

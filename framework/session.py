@@ -188,6 +188,8 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         set_aside_unfinished_metastore(metastore)
         derby_home = derby_home or os.path.dirname(metastore)
     java_options = "-Xss16m" if derby_home is None else f"-Dderby.system.home={derby_home} -Xss16m"
+    if os.environ.get(JAVA_STACKS) != "1":
+        java_options += f" -Dlog4j2.configurationFile={quiet_log_config()}"
     settings: dict[str, str] = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -227,6 +229,45 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     if not jars:
         _remember_jars(spark)
     return spark
+
+
+JAVA_STACKS = "MEDALLION_JAVA_STACKS"  # "1": Spark's log with its Java stacks (--log-level debug)
+QUIET_LOG4J2 = """\
+# Spark's log at WARN, one line per event: no Java stack frames (a task's failure is logged
+# with its whole stack, in the message too). The framework's events say what failed, a line
+# per file; 'medallion ... --log-level debug' shows Spark's log with its stacks.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.alwaysWriteExceptions = false
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: \
+%replace{%m}{(?s)[\\n\\r].*}{ (the stack: --log-level debug)}%n
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.hive.name = org.apache.hadoop.hive
+logger.hive.level = fatal
+# A failed task is logged by both, several lines per file; the job's events say which file
+# failed and why, and what was done with it.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = fatal
+"""
+
+
+def quiet_log_config() -> str:
+    """The log4j2 configuration of a local driver whose log shows no Java stacks (written
+    once under the cache folder); see :data:`QUIET_LOG4J2`."""
+    path = _manifest().parent / "log4j2-quiet.properties"
+    if not path.is_file() or path.read_text(encoding="utf-8") != QUIET_LOG4J2:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(QUIET_LOG4J2, encoding="utf-8")
+        os.replace(staging, path)
+    return str(path)
 
 
 def _manifest() -> Path:

@@ -50,18 +50,14 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
-from framework.eventtime import split_commits_advice
+from framework.eventtime import check_interval, split_commits_advice
 from framework.layers import Kinds
-from silver.spec import INTERVAL
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
 
 
-def _interval(value: str | None) -> str | None:
-    if value is not None and not INTERVAL.match(value):
-        raise ValueError(f"expected an interval such as '10 minutes' or '1 hour', found "
-                         f"{value!r}")
-    return value
+def _interval(value: str | None, positive: bool = True) -> str | None:
+    return value if value is None else check_interval(value, positive=positive)
 
 
 class Kind(StrEnum):
@@ -218,7 +214,7 @@ class AggregateSpec(GoldSpec):
     @field_validator("watermark")
     @classmethod
     def _watermark_interval(cls, value: str) -> str:
-        _interval(value)
+        _interval(value, positive=False)
         return value
 
     @property

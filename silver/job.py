@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     DataType,
     LongType,
     NullType,
@@ -137,6 +138,12 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             problems.append(ConfigError(f"expected a rule over the columns of {table.full_name}, "
                                         f"found {e.rule!r}: {reason}",
                                         key=f"expectations[{i}].rule"))
+            continue
+        kind = out.selectExpr(e.rule).schema.fields[0].dataType
+        if not isinstance(kind, BooleanType | NullType):
+            problems.append(ConfigError(f"expected a rule that is true or false for each row "
+                                        f"(a boolean), found {e.rule!r} of type "
+                                        f"{kind.simpleString()}", key=f"expectations[{i}].rule"))
     return StructType([f for f in out.schema.fields if f.name != CAST_ERRORS]), problems
 
 
@@ -206,6 +213,12 @@ class SilverJob(StreamingJob):
         return df
 
     def write(self, df: DataFrame) -> DataStreamWriter:
+        for i, e in enumerate(self.spec.expectations):  # before anything is written
+            kind = df.selectExpr(e.rule).schema.fields[0].dataType
+            if not isinstance(kind, BooleanType | NullType):
+                raise ConfigError(f"expected a rule that is true or false for each row (a "
+                                  f"boolean), found {e.rule!r} of type {kind.simpleString()}",
+                                  file=self.table.source_file, key=f"expectations[{i}].rule")
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)

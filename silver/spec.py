@@ -37,12 +37,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
-from framework.eventtime import split_commits_advice
-
-INTERVAL = re.compile(
-    r"^\s*\d+\s+(second|minute|hour|day|week)s?(\s+\d+\s+(second|minute|hour|day|week)s?)*\s*$",
-    re.IGNORECASE,
-)
+from framework.eventtime import check_interval, split_commits_advice
 
 
 class Action(StrEnum):
@@ -97,10 +92,7 @@ class Dedup(Model):
     @field_validator("delay")
     @classmethod
     def _interval(cls, value: str) -> str:
-        if not INTERVAL.match(value):
-            raise ValueError(f"expected an interval such as '10 minutes' or '1 hour', found "
-                             f"{value!r}")
-        return value
+        return check_interval(value)
 
 
 class Upsert(Model):

@@ -83,6 +83,24 @@ def test_ingestion_metadata_is_recorded(spark: SparkSession, lakehouse: Lakehous
     assert all(r["_file_size"] > 0 for r in rows)
 
 
+def test_source_file_names_a_file_as_the_ledger_does(spark: SparkSession,
+                                                     lakehouse: Lakehouse) -> None:
+    """A name holding '#', '%', '+', a space or non-ASCII letters: ``_source_file`` holds it as
+    written, as the ledger's ``path`` does (not URL-encoded), so the two join."""
+    lakehouse.add_table("bronze", "orders", bronze_spec(clean_source="off"))
+    landing = lakehouse.path("landing", "orders")
+    names = ["a#1.json", "b%23.json", "c+d.json", "e f.json", "commandé.json"]
+    for i, name in enumerate(names):
+        write_json_lines(landing / name, [order(i)])
+    run_bronze(spark, lakehouse)
+    table = lakehouse.project().table("orders")
+    rows = spark.table(table.full_name).select("_source_file").collect()
+    ledger = spark.table(table.qualified("files")).select("path").collect()
+    expected = sorted(str(landing / n) for n in names)
+    assert sorted(r["_source_file"] for r in rows) == expected
+    assert sorted(r["path"] for r in ledger) == expected
+
+
 def test_malformed_records_are_quarantined_and_new_columns_rescued(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:

@@ -110,6 +110,31 @@ def test_sql_prints_a_table(
     assert capsys.readouterr().out.splitlines() == ["one | two", "----+----", "1   | x", "(1 row)"]
 
 
+def test_sql_says_when_it_cuts_its_output_in_both_formats(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = "SELECT id FROM range(5)"
+    assert main(_args(lakehouse, "sql", query, "--limit", "3", "--log-format", "json")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.strip() for line in out[2:]] == [
+        "0", "1", "2", "(3 rows)", "output cut at 3 rows: the query returns more (--limit N "
+        "shows more)"]
+    assert main(_args(lakehouse, "sql", query, "--limit", "3", "--json",
+                      "--log-format", "json")) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line) for line in captured.out.splitlines()] == \
+        [{"id": 0}, {"id": 1}, {"id": 2}]  # rows only: the notice is on stderr
+    assert "output cut at 3 rows: the query returns more" in captured.err
+    # the whole result: no notice, in either format
+    assert main(_args(lakehouse, "sql", query, "--limit", "5", "--json")) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 5
+    assert "output cut" not in captured.err + captured.out
+    with pytest.raises(SystemExit):
+        main(_args(lakehouse, "sql", query, "--limit", "0"))
+    assert "expected a whole number of rows, 1 or more, found '0'" in capsys.readouterr().err
+
+
 def test_land_uploads_whole_files_into_the_landing_folder_and_never_overwrites(
     lakehouse: Lakehouse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

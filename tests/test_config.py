@@ -362,3 +362,38 @@ def test_validate_warns_about_a_session_time_zone_other_than_utc(
     assert main(["validate", "--no-spark", "--conf", str(lakehouse.conf), "--env", "test"]) == 0
     assert ("warning: environment 'test' sets spark.sql.session.timeZone to 'Europe/Paris'"
             in capsys.readouterr().out)
+
+
+def test_validate_reports_config_and_sql_problems_together_each_value_said_once(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An invalid rule is reported with the other problems, not after they are fixed; a rule
+    must be boolean, a duration longer than zero; a message names its value once."""
+    lakehouse.add_table("bronze", "orders", {
+        "source": {**ORDERS["source"], "schema": "order_id STRING, quantity INT, "
+                                                 "event_time TIMESTAMP"}})
+    lakehouse.add_table("silver", "orders", {
+        "source": "orders", "event_time": "event_time",
+        "dedup": {"keys": ["order_id"], "delay": "1 dya"},  # a config-level problem
+        "expectations": [{"name": "broken", "rule": "quantity >"},
+                         {"name": "not_boolean", "rule": "quantity + 1"},
+                         {"name": "fine", "rule": "quantity > 0"}]})
+    lakehouse.add_table("silver", "plain", {
+        "source": "orders", "expectations": [{"name": "number", "rule": "quantity * 2"}]})
+    lakehouse.add_table("gold", "totals", {
+        **hourly_totals(items="sum(quantity)"),
+        "window": {"type": "tumbling", "duration": "0 seconds"}})
+    assert main(["validate", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]) == 2
+    err = capsys.readouterr().err
+    lines = {line.split("/tables/")[1].split(": ", 1)[0]: line.split(": ", 1)[1]
+             for line in err.splitlines() if line.startswith("  - ")}
+    assert sorted(lines) == ["gold/totals.yaml:window.duration",
+                             "silver/orders.yaml:dedup.delay",
+                             "silver/plain.yaml:expectations[0].rule"], err
+    assert lines["silver/orders.yaml:dedup.delay"] == \
+        "expected an interval such as '10 minutes' or '1 hour', found '1 dya'"
+    assert lines["gold/totals.yaml:window.duration"] == \
+        "expected an interval longer than zero, found '0 seconds'"
+    assert lines["silver/plain.yaml:expectations[0].rule"] == \
+        "expected a rule that is true or false for each row (a boolean), found 'quantity * 2' " \
+        "of type int"

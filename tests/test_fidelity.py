@@ -35,6 +35,9 @@ from tests.fidelity_cases import (
 )
 from tests.support import Lakehouse, bronze_spec
 
+# One worker runs them all: each feed is landed and read once per worker that asks for it.
+pytestmark = pytest.mark.xdist_group("fidelity")
+
 FEEDS: dict[str, Callable[[], Feed]] = {"events": json_feed, "customers": csv_feed,
                                         "positional": positional_feed}
 CORPUS = {name: make() for name, make in FEEDS.items()}

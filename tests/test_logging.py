@@ -105,3 +105,32 @@ def test_redaction_keeps_ordinary_fields() -> None:
         "keys": ["order_id"], "join_key": "store_id", "password": "***", "rows": 3,
         "nested": {"sas_token": "***", "url": "https://x/y?sv=1&sig=***"},
     }
+
+
+def test_a_run_whose_files_fail_prints_no_java_stack_at_the_default_level(
+    lakehouse: Lakehouse
+) -> None:
+    """Unreadable files: one event per batch names each with its reason; Spark's log keeps no
+    Java stack frame (they come with --log-level debug, see framework.session)."""
+    import subprocess
+
+    from tests.support import REPO, medallion_cmd
+
+    lakehouse.add_table("bronze", "events", {"source": {
+        "path": "landing/events", "format": "parquet", "schema": "id STRING"}})
+    landing = lakehouse.path("landing", "events")
+    landing.mkdir(parents=True)
+    for i in range(4):
+        (landing / f"bad-{i}.parquet").write_bytes(b"PAR1" + b"not parquet" * 20 + b"PAR1")
+    run = subprocess.run([*medallion_cmd(), "run", "bronze", "--log-format", "json"],
+                         env=lakehouse.cli_env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = (run.stdout + run.stderr).splitlines()
+    frames = [line for line in lines if line.lstrip().startswith(("at ", "... ", "Caused by"))]
+    assert frames == []
+    failed = [json.loads(line) for line in lines
+              if line.startswith("{") and '"bronze.files.failed"' in line]
+    named = {path.rsplit("/", 1)[-1] for e in failed for path in e["files"]}
+    assert named == {f"bad-{i}.parquet" for i in range(4)}
+    assert len(lines) < 60, "\n".join(lines)

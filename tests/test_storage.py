@@ -76,6 +76,12 @@ def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_pat
     s.write_bytes(f"{root}/in/deep/m.json", b"two")
     assert s.open(f"{root}/in/deep/m.json").read() == b"two"
 
+    # create: only where no file is, and says whether it wrote
+    assert s.create(f"{root}/lease/1.json", b"first")
+    assert not s.create(f"{root}/lease/1.json", b"second")
+    assert s.open(f"{root}/lease/1.json").read() == b"first"
+    s.delete(f"{root}/lease/1.json")
+
     # listing: every file below, recursively, named as the caller spells the folder
     listed = sorted((f.path, f.size) for f in s.list_files(f"{root}/in"))
     assert listed == [(f"{root}/in/a.json", 9), (f"{root}/in/deep/m.json", 3)]

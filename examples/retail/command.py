@@ -64,7 +64,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"feed written under {os.path.join(project.env.root, 'landing')}")
         return EXIT_OK
     print("running bronze, silver and gold (availableNow); a line per micro-batch:", flush=True)
-    spark = spark_for(project, "medallion-demo")
+    spark = spark_for(project, "medallion demo", writes=True)
     if args.log_level is None:
         # The progress lines and the job's events say what happens. Spark's own log would
         # bury them: the feed's unreadable file fails a read on purpose, and Spark logs that

@@ -55,6 +55,18 @@ def default_conf_dir() -> Path:
 
 def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> ProjectConfig:
     """Load the environment ``env`` and every table spec; raise all problems at once."""
+    project, errors = load_checked(conf_dir, env)
+    if errors:
+        raise ConfigValidationError(errors)
+    assert project is not None
+    return project
+
+
+def load_checked(conf_dir: str | Path | None = None, env: str | None = None
+                 ) -> tuple[ProjectConfig | None, list[ConfigError]]:
+    """Every problem of the configuration, and the project of the specs that are valid (for
+    ``validate`` to check their SQL too, in the same pass; None without a valid
+    environment)."""
     from framework.layers import spec_model
 
     conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
@@ -129,10 +141,9 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
                 problem.file = problem.file or table.source_file
                 errors.append(problem)
 
-    if errors:
-        raise ConfigValidationError(errors)
-    assert environment is not None
-    return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf))
+    if environment is None:
+        return None, errors
+    return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf)), errors
 
 
 def _validate(
@@ -255,7 +266,9 @@ def _convert(model: type[BaseModel], err: Any, file: str) -> ConfigError:
     else:
         found = repr(err.get("input"))
         found = found if len(found) <= 80 else found[:77] + "..."
-        message = f"{err['msg']}; found {found}"
+        said = str(err["msg"]).removeprefix("Value error, ")
+        # a message of the framework's own validators says what it found: once
+        message = said if said.startswith("expected ") else f"{said}; found {found}"
     return cls(message, file=file, key=key)
 
 

@@ -95,6 +95,13 @@ class Environment(Model):
         "a metastore service, or an absolute folder for an embedded Derby database (one host). "
         "Default: <root>/metastore_db for a local root; the cluster's own setting otherwise.")
 
+    @field_validator("processing_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        from framework.eventtime import check_interval
+
+        return check_interval(value)
+
     @field_validator("metastore")
     @classmethod
     def _metastore_is_a_uri_or_an_absolute_folder(cls, value: str | None) -> str | None:
@@ -318,7 +325,8 @@ class ProjectConfig:
 
     def _depth(self, table: Table, seen: frozenset[str] = frozenset()) -> int:
         """How many tables of its own layer ``table`` reads through, one after another."""
-        same = [name for layer, name in table.spec.upstream()
-                if layer == table.layer and name not in seen]
+        known = {t.name for t in self.tables if t.layer == table.layer}
+        same = [name for layer, name in table.spec.upstream()  # (validate: some may be absent)
+                if layer == table.layer and name not in seen and name in known]
         return max((1 + self._depth(self.table(name, table.layer), seen | {table.name})
                     for name in same), default=0)

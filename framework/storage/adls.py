@@ -312,6 +312,26 @@ class AdlsStorage:
         file = self.client.get_file_client(p.filesystem, p.path)
         self._call("write", path, lambda: file.upload_data(data, overwrite=True))
 
+    def create(self, path: str, data: bytes) -> bool:
+        """Create the file with ``If-None-Match: *`` (the service refuses it if the name
+        exists), then write it; a reader may see it empty for that moment."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceExistsError
+
+        p = self._parse(path)
+        if p.parent:
+            self.makedirs(p.url(p.parent))
+        file = self.client.get_file_client(p.filesystem, p.path)
+        try:
+            self._call("create", path,
+                       lambda: file.create_file(match_condition=MatchConditions.IfMissing),
+                       passthrough=(ResourceExistsError,))
+        except ResourceExistsError:
+            return False
+        self._call("write", path, lambda: file.append_data(data, 0, len(data)))
+        self._call("write", path, lambda: file.flush_data(len(data)))
+        return True
+
     def touch(self, path: str) -> None:
         """Flush the file again at its length: its data is unchanged, its Last-Modified now."""
         p = self._parse(path)

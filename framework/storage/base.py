@@ -59,6 +59,10 @@ class Storage(Protocol):
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a small file whole (a manifest), replacing one that is there."""
 
+    def create(self, path: str, data: bytes) -> bool:
+        """Write a small file only if no file is at ``path``, in one step no other writer can
+        come between (the lake's lease); whether it was written."""
+
     def touch(self, path: str) -> None:
         """Set the file's modification time to now, where the store allows it."""
 

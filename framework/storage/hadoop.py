@@ -153,6 +153,24 @@ class HadoopStorage:
 
         self._call("write", path, write)
 
+    def create(self, path: str, data: bytes) -> bool:
+        fs, d = self._fs(path)
+
+        def write() -> bool:
+            try:  # HDFS's create without overwrite is atomic on the name node
+                out = fs.create(d, False)
+            except Exception as exc:
+                if "FileAlreadyExists" in str(exc) or self.exists(path):
+                    return False
+                raise
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            return True
+
+        return bool(self._call("create", path, write))
+
     def touch(self, path: str) -> None:
         fs, p = self._fs(path)
         now = int(time.time() * 1000)

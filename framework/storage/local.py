@@ -94,6 +94,20 @@ class LocalStorage:
             fh.write(data)
         os.replace(staging, p)
 
+    def create(self, path: str, data: bytes) -> bool:
+        p = local_path(path)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        staging = f"{uploading_name(p)}.{os.getpid()}"
+        with open(staging, "wb") as fh:
+            fh.write(data)
+        try:
+            os.link(staging, p)  # fails if the name exists: the file appears whole, once
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(staging)
+        return True
+
     def touch(self, path: str) -> None:
         os.utime(local_path(path))
 
