@@ -149,7 +149,7 @@ def check(spark: Any, feed: Feed, table: Any, id_column: str, summary: Any) -> d
     ``run`` for the run itself); empty when bronze made of every file what it must."""
     from pyspark.sql import functions as F
 
-    from framework.storage import from_uri
+    from bronze.checks import ledger_path
 
     problems: dict[str, str] = {}
     status = getattr(summary.status, "value", summary.status)
@@ -160,8 +160,8 @@ def check(spark: Any, feed: Feed, table: Any, id_column: str, summary: Any) -> d
               for r in spark.table(table.qualified("files")).collect()}
     bronze = spark.table(table.full_name)
     quarantine = spark.table(table.qualified("quarantine"))
-    def name_of(uri: str) -> str:
-        return Path(from_uri(uri)).name
+    def name_of(source_file: str) -> str:
+        return Path(ledger_path(source_file)).name
 
     by_file: dict[str, int] = {}
     ids_by_file: dict[str, set[str]] = {}

@@ -22,6 +22,7 @@ For parquet, the rows read from each file are compared with its footer's row cou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -183,8 +184,13 @@ def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
 
 def ledger_path(source_file: str) -> str:
     """A ``_source_file`` value as the ledger names the file: as it is, or decoded for a row
-    written before ``_source_file`` held the ledger's form (a ``file:`` URI)."""
-    return from_uri(source_file) if source_file.startswith("file:") else source_file
+    written before ``_source_file`` held the ledger's form: Spark's URI, ``file:/p`` or
+    ``s:/p`` (the ledger's form is ``/p`` or ``s:///p``; a URI with an authority,
+    ``hdfs://nn/p``, is taken as it is)."""
+    return from_uri(source_file) if OLD_URI.match(source_file) else source_file
+
+
+OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
 
 
 def _condition(spark: SparkSession, throwable: Any) -> str:

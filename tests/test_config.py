@@ -387,9 +387,17 @@ def test_validate_reports_config_and_sql_problems_together_each_value_said_once(
     err = capsys.readouterr().err
     lines = {line.split("/tables/")[1].split(": ", 1)[0]: line.split(": ", 1)[1]
              for line in err.splitlines() if line.startswith("  - ")}
+    # the rules of a spec with a problem of its own are checked too
     assert sorted(lines) == ["gold/totals.yaml:window.duration",
                              "silver/orders.yaml:dedup.delay",
+                             "silver/orders.yaml:expectations[0].rule",
+                             "silver/orders.yaml:expectations[1].rule",
                              "silver/plain.yaml:expectations[0].rule"], err
+    assert lines["silver/orders.yaml:expectations[0].rule"].startswith(
+        "expected a Spark SQL expression such as 'sum(amount)' or 'quantity > 0', found "
+        "'quantity >': ")
+    assert lines["silver/orders.yaml:expectations[1].rule"].endswith(
+        "found 'quantity + 1' of type int")
     assert lines["silver/orders.yaml:dedup.delay"] == \
         "expected an interval such as '10 minutes' or '1 hour', found '1 dya'"
     assert lines["gold/totals.yaml:window.duration"] == \

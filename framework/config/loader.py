@@ -95,6 +95,8 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
             environment = _anchor_root(environment, conf)
 
     specs: list[tuple[Layer, TableSpec, str]] = []
+    # specs with problems, without the keys that have them: their SQL is checked too
+    partial: list[tuple[Layer, TableSpec, str]] = []
     tables_dir = conf / "tables"
     for layer_dir in sorted(p for p in tables_dir.glob("*") if p.is_dir()):
         spec_files = sorted(layer_dir.glob("*.y*ml"))
@@ -123,6 +125,8 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
                              data=data)
             if spec is not None:
                 specs.append((layer, spec, str(spec_file)))
+            elif (rest := _valid_part(model, data)) is not None:
+                partial.append((layer, rest, str(spec_file)))
 
     tables: list[Table] = []
     if environment is not None:
@@ -143,7 +147,23 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
 
     if environment is None:
         return None, errors
+    tables += [Table(spec, layer, environment, file) for layer, spec, file in partial]
     return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf)), errors
+
+
+def _valid_part(model: type[M], data: dict[str, Any]) -> M | None:
+    """The spec without the top-level keys that have problems (reported already), if that
+    is valid: what ``validate`` still checks the SQL of, in the same pass."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        broken = {e["loc"][0] for e in exc.errors(include_url=False) if e["loc"]}
+    else:
+        return None
+    try:
+        return model.model_validate({k: v for k, v in data.items() if k not in broken})
+    except ValidationError:
+        return None
 
 
 def _validate(
