@@ -200,11 +200,24 @@ def write_env(work: Path, lake: Lake, faults: dict[str, str] | None = None) -> N
 
 
 def deliveries(landing: Path, count: int) -> list[list[Path]]:
-    """The feed's files in the order of their times, in ``count`` slices."""
+    """The feed's files in the order of their times, in ``count`` slices; the first file of
+    each feed but the orders (its dimensions: customers, stores, whose files come last) with
+    the first slice, so that every delivery runs silver's MERGEs and gold's mart, and a file
+    of theirs can be sent again."""
     files = sorted((p for p in landing.rglob("*") if p.is_file()),
                    key=lambda p: (p.stat().st_mtime_ns, p.name))
     size = math.ceil(len(files) / count)
-    return [files[i:i + size] for i in range(0, len(files), size)]
+    slices = [files[i:i + size] for i in range(0, len(files), size)]
+    firsts = {}
+    for f in files:
+        if f.parent.name != "orders":
+            firsts.setdefault(f.parent, f)
+    for first in firsts.values():
+        for part in slices:
+            if first in part:
+                part.remove(first)
+        slices[0].append(first)
+    return [part for part in slices if part]
 
 
 def sent_again(slices: list[list[Path]], feed: Path, again: Path, delivery: int

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -241,7 +242,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.job import RunStatus
+    from framework.job import RunStatus, StopSignal
     from framework.runner import run_until_stopped, select_tables
 
     project = project_of(args)
@@ -250,9 +251,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not tables:
         print(f"no tables configured for layer {args.layer!r}", file=sys.stderr)
         return EXIT_CONFIG
-    spark = spark_for(project, f"medallion run {args.layer}", writes=True)
-    summary = run_until_stopped(spark, project, tables, args.continuous,
-                                run_id=lake_run_id())
+    stop = StopSignal()  # a stop asked for while the lake is taken or Spark starts counts too
+    with stop.on_signals(signal.SIGTERM, signal.SIGINT):
+        spark = spark_for(project, f"medallion run {args.layer}", writes=True)
+        summary = run_until_stopped(spark, project, tables, args.continuous,
+                                    run_id=lake_run_id(), stop=stop)
     print(summary.render())
     if args.summary:
         write_json(args.summary, summary.to_dict())

@@ -158,6 +158,7 @@ class RunSummary:
     started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     tables: list[TableRunSummary] = field(default_factory=list)
     duration_s: float = 0.0
+    stopped: bool = False  # a stop request left tables not run
 
     @property
     def status(self) -> RunStatus:
@@ -165,7 +166,7 @@ class RunSummary:
         for s in (RunStatus.FAILED, RunStatus.STOPPED):
             if s in statuses:
                 return s
-        return RunStatus.SUCCEEDED
+        return RunStatus.STOPPED if self.stopped else RunStatus.SUCCEEDED
 
     def to_dict(self) -> dict[str, Any]:
         return {

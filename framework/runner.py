@@ -11,7 +11,14 @@ from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, Table
 from framework.identifiers import quote_name
-from framework.job import RunContext, RunStatus, RunSummary, TableRunSummary, TriggerPolicy
+from framework.job import (
+    RunContext,
+    RunStatus,
+    RunSummary,
+    StopSignal,
+    TableRunSummary,
+    TriggerPolicy,
+)
 from framework.layers import job_class
 from framework.listener import ProgressListener
 from framework.logging import get_logger
@@ -19,15 +26,19 @@ from framework.logging import get_logger
 
 def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Sequence[Table],
                       continuous: bool, watch: Callable[..., None] | None = None,
-                      run_id: str | None = None) -> RunSummary:
+                      run_id: str | None = None, stop: StopSignal | None = None
+                      ) -> RunSummary:
     """Run ``tables`` in order (:func:`run_tables`); SIGTERM and SIGINT stop them at a batch
     boundary. ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake
-    lease's, when the command took one."""
+    lease's, when the command took one; ``stop``, the command's stop request, if it listened
+    for signals before (a stop asked for before any table started skips them all)."""
     ctx = RunContext(
         trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval)
     )
     if run_id:
         ctx.run_id = run_id
+    if stop is not None:
+        ctx.stop = stop
     watching = (ProgressListener.install(spark).watching(watch) if watch
                 else contextlib.nullcontext())
     with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
@@ -72,6 +83,7 @@ def run_tables(
         if reason is not None:
             not_run[(table.layer, table.name)] = reason
             log.warning("job.skipped", table=table.full_name, reason=reason)
+            summary.stopped = summary.stopped or ctx.stop.is_set()
             summary.tables.append(TableRunSummary(table.full_name, table.layer.value,
                                                   RunStatus.SKIPPED, error=reason))
             continue

@@ -154,3 +154,21 @@ def test_status_waits_for_the_lake_with_wait(tmp_path: Path,
     assert "orders" in capsys.readouterr().out
     released = json.loads((lh.root / "_lease" / "0000000002.json").read_text())
     assert released["released"] is True and released["command"] == "medallion-status"
+
+
+def test_a_run_asked_to_stop_while_it_takes_the_lake_stops_cleanly(tmp_path: Path) -> None:
+    """SIGTERM from a scheduler before any table started (the lake just taken, Spark
+    starting): the run exits 0 with a summary that says it stopped, and gives the lake back."""
+    lh = Lakehouse(tmp_path)
+    lh.add_table("bronze", "orders", bronze_spec())
+    write_order_files(lh.path("landing", "orders"), files=1, per_file=5)
+    run = CliRun(["run", "bronze", "--log-level", "debug"], lh.cli_env())
+    run.wait_for("lake.lease.taken")
+    run.proc.send_signal(signal.SIGTERM)
+    code, out = run.finish()
+    assert code == 0, "".join(run.lines[-20:])
+    assert "): stopped in" in out.splitlines()[0], out
+    assert "a stop was requested (SIGTERM)" in out
+    [lease] = (lh.root / "_lease").iterdir()
+    assert json.loads(lease.read_text())["released"] is True
+    assert len(list(lh.path("landing", "orders").iterdir())) == 1  # nothing was read
