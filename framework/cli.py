@@ -164,6 +164,8 @@ def _main(argv: Sequence[str] | None) -> int:
     fmt = configure_logging(args.log_format, level)
     if level == "debug":  # Spark's log with its Java stacks (framework.session)
         os.environ["MEDALLION_JAVA_STACKS"] = "1"
+    else:  # (an earlier command of the same process may have set it)
+        os.environ.pop("MEDALLION_JAVA_STACKS", None)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         if level != "debug":  # PySpark logs each analysis error with its JVM stack

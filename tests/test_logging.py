@@ -122,8 +122,10 @@ def test_a_run_whose_files_fail_prints_no_java_stack_at_the_default_level(
     landing.mkdir(parents=True)
     for i in range(4):
         (landing / f"bad-{i}.parquet").write_bytes(b"PAR1" + b"not parquet" * 20 + b"PAR1")
+    env = lakehouse.cli_env()
+    env.pop("MEDALLION_JAVA_STACKS", None)  # set by a debug command run in this process
     run = subprocess.run([*medallion_cmd(), "run", "bronze", "--log-format", "json"],
-                         env=lakehouse.cli_env(), cwd=REPO, capture_output=True, text=True,
+                         env=env, cwd=REPO, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = (run.stdout + run.stderr).splitlines()
