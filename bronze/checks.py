@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from bronze.batch import INTERNAL, SOURCE_FILE, with_file_columns
 from bronze.reading import NOT_UTF8, FeedReader, literal
 from framework.errors import StorageError, first_line
+from framework.jvm import condition_of, error_chain
 from framework.storage import FileInfo, Storage, from_uri
 
 READ_FAULT = "FAILED_READ_FILE"
@@ -117,13 +118,10 @@ class ShortRead(Exception):
 def failing_file(spark: SparkSession, error: BaseException) -> tuple[str, str] | None:
     """The file Spark's ``error`` names, with the reason (the root cause's first line); None
     when it names none."""
-    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    chain: list[Any] = []
-    while throwable is not None and len(chain) < 20:
-        chain.append(throwable)
-        throwable = throwable.getCause()
+    chain = error_chain(error) or _python_chain(error)
     for t in chain:
-        condition = _condition(spark, t)
+        condition = condition_of(t) if not isinstance(t, BaseException) else \
+            str(t.getCondition() or "")  # type: ignore[attr-defined]
         if condition.startswith(READ_FAULT):
             path = str(t.getMessageParameters().get("path"))
             return path, _describe(chain[-1])
@@ -193,17 +191,23 @@ def ledger_path(source_file: str) -> str:
 OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
 
 
-def _condition(spark: SparkSession, throwable: Any) -> str:
-    """The error condition of a Spark error (``FAILED_READ_FILE.NO_HINT``); "" for another."""
-    from py4j.protocol import Py4JError
-
-    try:
-        return str(throwable.getCondition() or "")
-    except Py4JError:  # not a SparkThrowable
-        return ""
+def _python_chain(error: BaseException) -> list[Any]:
+    """The Spark errors of a Spark Connect error and its causes, outermost first (each has
+    ``getCondition`` and ``getMessageParameters``, as a JVM throwable has)."""
+    chain: list[Any] = []
+    current: BaseException | None = error
+    while current is not None and len(chain) < 20:
+        if hasattr(current, "getCondition"):
+            chain.append(current)
+        current = current.__cause__ or getattr(current, "_cause", None)
+    return chain
 
 
 def _describe(throwable: Any) -> str:
+    if isinstance(throwable, BaseException):
+        message = str(getattr(throwable, "_message", None) or throwable).strip().splitlines()
+        return f"{type(throwable).__name__}: {message[0]}" if message else \
+            type(throwable).__name__
     name = str(throwable.getClass().getName()).rsplit(".", 1)[-1]
     message = str(throwable.getMessage() or "").strip().splitlines()
     return f"{name}: {message[0]}" if message else name

@@ -22,11 +22,11 @@ def partition_offsets(spark: Any, locations: Sequence[str], topics: list[str] | 
     """Per topic and partition: the next offset bronze will read (one past the highest it
     holds, in the tables at ``locations``: bronze and its quarantine), the latest offset of
     the topic (asked with the Kafka client settings ``client``), and the lag."""
-    from delta.tables import DeltaTable
+    from framework.delta import is_delta_table
 
     reached: dict[tuple[str, int], int] = {}
     for loc in locations:
-        if not DeltaTable.isDeltaTable(spark, loc):
+        if not is_delta_table(spark, loc):
             continue
         for row in spark.read.format("delta").load(loc).groupBy(TOPIC, PARTITION) \
                 .agg(F.max(OFFSET).alias("m")).collect():

@@ -225,7 +225,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if project is not None and not args.no_spark:
         from framework.sqlcheck import parser_session, sql_problems
 
-        problems += sql_problems(parser_session(), project)
+        problems += sql_problems(parser_session(project.env), project)
     if problems:
         raise ConfigValidationError(problems)
     assert project is not None

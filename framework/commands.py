@@ -128,7 +128,12 @@ def lake_run_id() -> str | None:
 
 
 def release_lake() -> None:
-    """Give the lake back, if this process took it."""
+    """Give the lake back, if this process took it; and end a Spark Connect session the
+    command opened (its server-side session is released, and the client's threads end, so
+    the process can exit)."""
+    from framework.session import end_connect_sessions
+
+    end_connect_sessions()
     if _Lake.lease is not None:
         _Lake.lease.release()
         _Lake.lease = None

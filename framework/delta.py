@@ -8,7 +8,6 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
@@ -108,9 +107,13 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     being written. Delta refuses to create a table there ("not empty and also not a Delta
     table"), so every later run would fail. Anything else is left for Delta to judge. True
     when something was removed."""
-    from framework.storage.hadoop import HadoopStorage
+    from framework.errors import StorageError
+    from framework.storage import storage_for
 
-    storage = HadoopStorage(spark)
+    try:  # the session's file system; on Spark Connect, the local disk's
+        storage = storage_for(location, None, spark)
+    except StorageError:  # ADLS on Spark Connect: its client needs the environment's storage
+        return False
     log = f"{location.rstrip('/')}/_delta_log"
     if not storage.exists(log):
         return False
@@ -177,10 +180,10 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
     until this batch's commit, or one of an earlier batch of the same writer, shows up: a page
     for a batch just written, more only when other writers committed since.
     """
-    table = DeltaTable.forPath(spark, location)
     limit = page
     while True:
-        rows = table.history(limit).select("version", "userMetadata").collect()
+        rows = spark.sql(f"DESCRIBE HISTORY {quote_path(location)} LIMIT {int(limit)}") \
+            .select("version", "userMetadata").collect()
         for row in sorted(rows, key=lambda r: -r["version"]):
             writer, _, batch = (row["userMetadata"] or "").rpartition(":")
             if writer == writer_id and batch.isdigit() and int(batch) <= batch_id:
@@ -243,6 +246,34 @@ class BatchCommits:
         if self.writer_id is None:
             raise RuntimeError("the writer's query has not started: no writer id yet")
         return self.writer_id
+
+
+def is_delta_table(spark: SparkSession, location: str) -> bool:
+    """Whether a Delta table is at ``location`` (Spark SQL: a classic session and a Spark
+    Connect one alike)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").collect()
+    except AnalysisException:  # no table there, or not a Delta one
+        return False
+    return bool(detail) and detail[0]["format"] == "delta"
+
+
+def merge(source: DataFrame, location: str, on: str, *, update_when: str | None = None
+          ) -> dict[str, int]:
+    """``MERGE INTO`` the Delta table at ``location`` the rows of ``source`` (aliased ``s``;
+    the table is ``t``): a match on ``on`` updates every column (when ``update_when`` holds,
+    if given), a row without one is inserted. Run in ``source``'s own session (a micro-batch's,
+    in foreachBatch); returns MERGE's figures (``num_inserted_rows``, ``num_updated_rows``...).
+    Spark SQL, so a Spark Connect session runs it as a classic one does."""
+    matched = f"WHEN MATCHED AND ({update_when}) THEN UPDATE SET *" if update_when \
+        else "WHEN MATCHED THEN UPDATE SET *"
+    result = source.sparkSession.sql(
+        f"MERGE INTO {quote_path(location)} AS t USING {{source}} AS s ON {on} "
+        f"{matched} WHEN NOT MATCHED THEN INSERT *", source=source).collect()
+    return {k: int(v) for k, v in result[0].asDict().items() if v is not None} \
+        if result else {}
 
 
 def change_feed_enabled(spark: SparkSession, location: str) -> bool:

@@ -42,11 +42,12 @@ from framework.checkpoint import (
     query_id,
 )
 from framework.config.model import Layer, Table
-from framework.delta import BatchCommits
+from framework.delta import BatchCommits, is_delta_table
 from framework.errors import JobError, MedallionError, QueryFailedError, first_line
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.history import BatchRecorder, BatchStatus, RunHistory, run_row
 from framework.identifiers import quote_name
+from framework.jvm import is_connect
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
 from framework.storage import storage_for
@@ -402,10 +403,8 @@ class StreamingJob(Job):
         upstream commit available when it starts, whole (see :mod:`framework.eventtime`). A
         limit given explicitly is applied, with a warning (``medallion validate`` gives it
         too)."""
-        from delta.tables import DeltaTable
-
         location = self.table.env.path("tables", layer.value, name)
-        if not DeltaTable.isDeltaTable(self.spark, location):
+        if not is_delta_table(self.spark, location):
             raise JobError(self.table.full_name, "read",
                            f"expected the source table {layer.value}.{name} at {location}, "
                            "found no Delta table there (run its layer first)")
@@ -449,15 +448,24 @@ class StreamingJob(Job):
     def write(self, df: DataFrame) -> DataStreamWriter:
         """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
 
-    def foreach_batch(self, df: DataFrame, process: Callable[[DataFrame, int], None]
-                      ) -> DataStreamWriter:
+    def foreach_batch(self, df: DataFrame, process: Callable[[DataFrame, int], None],
+                      output_mode: str = "append") -> DataStreamWriter:
         """A ``foreachBatch`` writer whose batches run once the query's start has returned:
         its id (the writer id of :attr:`commits`) is known when a batch tags its commits."""
+        if is_connect(self.spark):
+            # The function would be pickled and run on the server, where this job's state
+            # (its locks, the batch figures, the run history's recorder) never arrives.
+            raise JobError(self.table.full_name, "write",
+                           "expected a classic Spark session for a micro-batch written by the "
+                           "framework's own steps (foreachBatch), found a Spark Connect "
+                           "session: not supported yet on runtime connect (run the table with "
+                           "runtime local or submit)")
+
         def run(batch: DataFrame, batch_id: int) -> None:
             self._query_started.wait()
             process(batch, batch_id)
 
-        return df.writeStream.foreachBatch(run)
+        return df.writeStream.outputMode(output_mode).foreachBatch(run)
 
     # ------------------------------------------------------------------ machinery
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:

@@ -24,6 +24,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from framework.jvm import session_key
 from framework.logging import get_logger
 
 
@@ -115,7 +116,7 @@ def _finite(value: Any) -> float:
 class ProgressListener(StreamingQueryListener):
     """Turns each query progress into one event and keeps it for the job's summary."""
 
-    _installed: dict[int, ProgressListener] = {}
+    _installed: dict[str, ProgressListener] = {}
     _install_lock = threading.Lock()
 
     def __init__(self) -> None:
@@ -132,7 +133,7 @@ class ProgressListener(StreamingQueryListener):
     @classmethod
     def install(cls, spark: SparkSession) -> ProgressListener:
         """The session's listener, added on first use."""
-        key = id(spark._jsparkSession)  # one per JVM session
+        key = session_key(spark)  # one per session (of the JVM or the Connect server)
         with cls._install_lock:
             listener = cls._installed.get(key)
             if listener is None:
@@ -140,6 +141,14 @@ class ProgressListener(StreamingQueryListener):
                 spark.streams.addListener(listener)
                 cls._installed[key] = listener
             return listener
+
+    @classmethod
+    def uninstall(cls, spark: SparkSession) -> None:
+        """Remove the session's listener, if one was added."""
+        with cls._install_lock:
+            listener = cls._installed.pop(session_key(spark), None)
+        if listener is not None:
+            spark.streams.removeListener(listener)
 
     # ------------------------------------------------------------------ registration
     def register(self, query_name: str, log: Any,

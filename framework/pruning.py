@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from framework.errors import ScanNotFoundError
+from framework.jvm import gateway, is_connect, query_execution
 from framework.text import render_table
 
 _STAGES = ("ShuffleQueryStageExec", "BroadcastQueryStageExec", "TableCacheQueryStageExec",
@@ -90,7 +91,9 @@ def explain_pruning(spark: SparkSession, query: DataFrame | str,
     """Run ``query`` and return the evidence of what its scans pruned. ``run=False`` reads the
     evidence of a DataFrame already run by an action (its plan keeps the scans' metrics)."""
     df = spark.sql(query) if isinstance(query, str) else query
-    execution = df._jdf.queryExecution()
+    if is_connect(df):
+        return _connect_evidence(spark, df, run)
+    execution = query_execution(df)
     if run:
         execution.executedPlan().execute().count()  # run it; the rows stay on the executors
     root = execution.executedPlan()
@@ -133,8 +136,7 @@ def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
     table = str(ident.get().unquotedString()) if ident.isDefined() else \
         str(relation.location().rootPaths().apply(0).toString())
     partitioned = relation.partitionSchema().size() > 0
-    jvm = spark._jvm
-    assert jvm is not None
+    jvm = gateway(spark)
     empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
     directories = relation.location().listFiles(empty, empty)
     files_total = sum(directories.apply(i).files().size() for i in range(directories.size()))
@@ -148,6 +150,73 @@ def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
         files_read=_metric(scan, "numFiles") or 0,
         files_total=files_total,
     )
+
+
+def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningEvidence:
+    """The evidence on a Spark Connect session: the scans' metrics from the executed plan
+    (``DataFrame.executionInfo``; ``run`` collects the rows to the client, the one action
+    that keeps it), the pruning filters from the plan's text, the totals from each Delta
+    table's own figures (``DESCRIBE DETAIL``, and its distinct partition values)."""
+    connect: Any = df  # a Spark Connect DataFrame: executionInfo, _explain_string
+    if run or connect.executionInfo is None:
+        connect.collect()
+    info = connect.executionInfo
+    text = str(connect._explain_string(mode="formatted"))
+    blocks = _formatted_scans(text)
+    scans = []
+    for node in (info.metrics._metrics if info and info.metrics else []):
+        if not node.name.startswith(_SCAN):
+            continue
+        table = node.name[len(_SCAN):].strip()
+        metrics = {m.name: m.value for m in node.metrics}
+        partitions, files = _table_totals(spark, table)
+        scans.append(ScanEvidence(
+            table=table,
+            dynamic_pruning="dynamicpruning" in blocks.get(table, "").lower(),
+            partitions_read=int(_first(metrics, "numPartitions", "number of partitions read"))
+            if partitions is not None else None,
+            partitions_total=partitions,
+            files_read=int(_first(metrics, "numFiles", "number of files read")),
+            files_total=files if files is not None else 0))
+    return PruningEvidence("dynamicpruningexpression" in text.lower(), tuple(scans), text)
+
+
+_SCAN = "Scan parquet "
+
+
+def _first(metrics: dict[str, Any], *names: str) -> Any:
+    """A metric by its key or its display name (the server may send either)."""
+    return next((metrics[n] for n in names if n in metrics), 0)
+
+
+def _formatted_scans(text: str) -> dict[str, str]:
+    """The blocks of a formatted plan's scans (``(3) Scan parquet <table>`` and its lines),
+    by table."""
+    found: dict[str, str] = {}
+    for block in text.split("\n\n"):
+        head, _, rest = block.strip().partition("\n")
+        name = head.partition(") ")[2]
+        if name.startswith(_SCAN):
+            table = name[len(_SCAN):].strip()
+            found[table] = found.get(table, "") + rest
+    return found
+
+
+def _table_totals(spark: SparkSession, table: str) -> tuple[int | None, int | None]:
+    """A Delta table's partitions (None: not partitioned) and files, from its own figures."""
+    from framework.identifiers import quote_all, quote_name
+
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {quote_name(table)}").collect()[0]
+    except Exception:
+        return None, None
+    columns = list(detail["partitionColumns"] or [])
+    partitions = None
+    if columns:
+        names = quote_all(columns)
+        partitions = int(spark.sql(f"SELECT count(*) FROM (SELECT DISTINCT {names} FROM "
+                                   f"{quote_name(table)})").collect()[0][0])
+    return partitions, int(detail["numFiles"])
 
 
 def _seq(seq: Any) -> list[Any]:

@@ -9,7 +9,8 @@ a loopback address: on any other address HiveServer2's authentication must be co
 environment's ``spark_conf`` (``spark.hadoop.hive.server2.authentication``: ``LDAP`` with its
 ``...ldap.url``, ``KERBEROS`` with its principal and keytab, ``CUSTOM``), or the command is
 refused. A port already taken is refused before anything starts. SIGTERM or Ctrl-C stops the
-server, then the session.
+server, then the session. It needs a classic session: under Spark Connect (``runtime:
+connect``) it is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pyspark.sql import SparkSession
 
 from framework.config.model import ProjectConfig, Runtime
 from framework.errors import UsageError
+from framework.jvm import start_thrift_server
 from framework.logging import get_logger
 
 DEFAULT_PORT = 10000
@@ -105,7 +107,14 @@ def driver_class_path() -> dict[str, str]:
 def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:
     """Serve the environment's catalog until SIGTERM or SIGINT."""
     from framework.commands import take_lake
-    from framework.session import get_spark
+    from framework.session import get_spark, resolved_runtime
+
+    if resolved_runtime(project.env) is Runtime.CONNECT:
+        raise UsageError(
+            f"expected a classic Spark session for medallion serve, found environment "
+            f"{project.env.name!r} on runtime connect: the Thrift server runs in a driver's "
+            "JVM, which a Spark Connect client does not have (serve the lake with runtime "
+            "local or submit; on Databricks, query it through a SQL warehouse)")
 
     host = host or os.environ.get(HOST_VARIABLE) or "localhost"
     port = port or int(os.environ.get(PORT_VARIABLE) or DEFAULT_PORT)
@@ -142,9 +151,7 @@ def start(spark: SparkSession, host: str, port: int, mode: str,
     """Start the server in ``spark``'s driver, whose JVM was started with the address in
     ``HIVE_SERVER2_THRIFT_PORT`` and ``..._BIND_HOST``, and wait until it accepts
     connections on ``host:port``."""
-    jvm: Any = spark.sparkContext._jvm
-    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
-        spark._jsparkSession.sqlContext())
+    server = start_thrift_server(spark)
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -4,7 +4,12 @@
   source's resolved from Maven Central through delta-spark's pip helper (cached by Ivy;
   ``python -m framework.session`` warms the cache), and a warehouse plus embedded Derby
   metastore under the lakehouse root, so tables persist by name across runs.
-* **databricks**: the cluster's active session, as it is: no master, no packages, never stopped.
+* **databricks**: the cluster's active session, as it is: no master, no packages, never stopped
+  (a classic session, or a Spark Connect one on serverless compute and in standard access
+  mode; :mod:`framework.jvm` says what differs).
+* **connect**: a session of the Spark Connect server ``remote`` names (``sc://host:port``, or
+  ``$SPARK_REMOTE``); the server owns Delta's extension, the catalog and the jars, the client
+  sets session settings only (UTC, shuffle partitions, the environment's ``spark_conf``).
 * **submit** (spark-submit, YARN or any master): master, packages and conf come from
   spark-submit; if Delta's classes are missing the job stops at once with the exact
   ``--packages`` argument to add. The catalog is Hive's, persistent (:func:`catalog_conf`),
@@ -21,13 +26,13 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
 from framework.config.secrets import SecretRef
-from framework.errors import DeltaNotAvailableError, SessionError
+from framework.errors import DeltaNotAvailableError, SessionError, first_line
+from framework.jvm import configured_jars, hadoop_version, has_class, set_log_level
 from framework.logging import get_logger
 from framework.redaction import spark_redaction
 from framework.storage import local_path
@@ -61,20 +66,41 @@ def hadoop_azure_package(hadoop_version: str) -> str:
 
 
 def detect_runtime() -> Runtime:
-    """Databricks if its runtime variable is set; spark-submit if it launched us; else local."""
+    """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
+    Connect if ``$SPARK_REMOTE`` names a server; else local."""
     if "DATABRICKS_RUNTIME_VERSION" in os.environ:
         return Runtime.DATABRICKS
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
         return Runtime.SUBMIT
+    if os.environ.get(REMOTE_VARIABLE, "").startswith("sc://"):
+        return Runtime.CONNECT
     return Runtime.LOCAL
+
+
+REMOTE_VARIABLE = "SPARK_REMOTE"
+
+
+def resolved_runtime(env: Environment) -> Runtime:
+    """The environment's runtime, ``auto`` resolved by :func:`detect_runtime`."""
+    return env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
+
+
+def remote_url(env: Environment) -> str:
+    """The Spark Connect server of a connect environment: ``remote``, else $SPARK_REMOTE."""
+    url = env.remote or os.environ.get(REMOTE_VARIABLE, "")
+    if not url.startswith("sc://"):
+        raise SessionError(
+            f"expected the Spark Connect server of environment {env.name!r} (remote: "
+            f"sc://host:port, or ${REMOTE_VARIABLE}), found "
+            + (repr(url) if url else "neither"))
+    return url
 
 
 def get_spark(
     env: Environment, app_name: str = "medallion", conf: dict[str, str] | None = None
 ) -> SparkSession:
     """The SparkSession for ``env``; ``conf`` adds settings (local and spark-submit only)."""
-    runtime = env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
-    spark = _BUILDERS[runtime](env, app_name, dict(conf or {}))
+    spark = _BUILDERS[resolved_runtime(env)](env, app_name, dict(conf or {}))
     # Spark rewrites ${name} in SQL text with a configuration value, inside quoted names
     # too: a column named ${spark.some.key} would be renamed, or carry a setting's value
     # into the catalog. The framework's statements quote names (framework.identifiers) and
@@ -168,9 +194,11 @@ def local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if n == "*" else max(1, int(n))
 
 
-def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
-    from delta import configure_spark_with_delta_pip
-
+def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
+    """The settings of a driver on this machine for ``env`` (a local session's, or a local
+    Spark Connect server's): Delta, the persistent catalog under the root, the driver's Java
+    options, and what keeps small batches fast on a few cores; with the environment's
+    ``spark_conf``. Also the root's local folder (None for a root on another file system)."""
     remote = "://" in env.root and not env.root.startswith("file:")
     if remote and env.metastore is None:
         raise SessionError(
@@ -214,6 +242,13 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
             min(env.shuffle_partitions, local_cores(env.master) or env.shuffle_partitions)),
     }
     settings.update(_env_conf(env))
+    return settings, root
+
+
+def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    from delta import configure_spark_with_delta_pip
+
+    settings, _ = local_settings(env)
     settings.update(conf)
     settings.update(spark_redaction(settings))
     jars = cached_jars()
@@ -225,7 +260,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     if not jars:
         builder = configure_spark_with_delta_pip(builder, extra_packages=[kafka_package()])
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    set_log_level(spark, "WARN")
     if not jars:
         _remember_jars(spark)
     return spark
@@ -296,7 +331,7 @@ def cached_jars() -> list[str]:
 def _remember_jars(spark: SparkSession) -> None:
     import pyspark
 
-    resolved = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    resolved = configured_jars(spark)
     # Ivy names a jar <group>_<artifact>-<version>.jar; those pyspark ships already (Hadoop's
     # client, which Spark's Kafka token provider depends on) are not handed over twice.
     shipped = set(os.listdir(Path(pyspark.__file__).parent / "jars"))
@@ -359,14 +394,12 @@ def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessi
 
 def require_delta(spark: SparkSession, needs_azure: bool = False) -> None:
     """Fail with the exact ``--packages`` argument when Delta (or hadoop-azure) is missing."""
-    jvm: Any = spark.sparkContext._jvm
     missing = []
-    if not _has_class(jvm, DELTA_EXTENSION):
+    if not has_class(spark, DELTA_EXTENSION):
         missing.append(delta_package())
     abfs = "org.apache.hadoop.fs.azurebfs.SecureAzureBlobFileSystem"
-    if needs_azure and not _has_class(jvm, abfs):
-        version = jvm.org.apache.hadoop.util.VersionInfo.getVersion()
-        missing.append(hadoop_azure_package(version))
+    if needs_azure and not has_class(spark, abfs):
+        missing.append(hadoop_azure_package(hadoop_version(spark)))
     if missing:
         raise DeltaNotAvailableError(
             "expected Delta Lake's classes on the driver's classpath, found them missing. "
@@ -384,25 +417,71 @@ def require_kafka(spark: SparkSession) -> None:
     spark-submit without it; Databricks' runtime has its own)."""
     if detect_runtime() is Runtime.DATABRICKS:
         return
-    if not _has_class(spark.sparkContext._jvm, KAFKA_SOURCE):
+    if not has_class(spark, KAFKA_SOURCE):
         raise SessionError(
             "expected Spark's Kafka source on the driver's classpath for a Kafka or Event Hubs "
             f"feed, found it missing. Add to spark-submit: --packages {kafka_package()}")
 
 
-def _has_class(jvm: Any, name: str) -> bool:
+def _connect(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    """A session of the environment's Spark Connect server, with the session settings every
+    runtime has (the server's own settings, static ones, stay the server's)."""
+    url = remote_url(env)
     try:
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(name, False, loader)
+        spark = SparkSession.builder.remote(url).getOrCreate()
+    except ImportError as exc:
+        raise SessionError(f"expected Spark Connect's client packages for runtime connect, "
+                           f"found {exc.name or exc} missing (pip install "
+                           f"'pyspark[connect]')") from None
+    settings = {TIME_ZONE: "UTC", "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
+                **_env_conf(env), **conf}
+    string_regex = "spark.sql.redaction.string.regex"
+    settings[string_regex] = spark_redaction({string_regex: settings.get(string_regex, "")}
+                                             )[string_regex]
+    _OPENED.append(spark)
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:  # a static setting: the server's command line holds it
+            if _current(spark, key) == value:
+                continue
+            raise SessionError(
+                f"expected session settings for the Spark Connect session of environment "
+                f"{env.name!r}, found {key}, which the server {url} does not let a client "
+                f"change ({first_line(exc)[:200]}): set it on the server") from None
+    return spark
+
+
+_OPENED: list[SparkSession] = []  # the Spark Connect sessions this process opened
+
+
+def end_connect_sessions() -> None:
+    """Stop the Spark Connect sessions this process opened: their streaming listeners first
+    (each holds a thread on a call to the server that would keep the process alive), then
+    the session, which the server releases. A classic session is left to the process's end."""
+    from framework.listener import ProgressListener
+
+    while _OPENED:
+        spark = _OPENED.pop()
+        try:
+            ProgressListener.uninstall(spark)
+            spark.stop()
+        except Exception as exc:  # a server gone: nothing left to release
+            get_logger().debug("session.connect.stop_failed", error=first_line(exc))
+
+
+def _current(spark: SparkSession, key: str) -> str | None:
+    try:
+        return spark.conf.get(key, None)
     except Exception:
-        return False
-    return True
+        return None
 
 
 _BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSession]] = {
     Runtime.LOCAL: _local,
     Runtime.DATABRICKS: _databricks,
     Runtime.SUBMIT: _submit,
+    Runtime.CONNECT: _connect,
 }
 
 

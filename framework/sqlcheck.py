@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText
+from framework.config.model import Environment, Layer, ProjectConfig, SqlKind, SqlText
 from framework.errors import ConfigError, first_line
 from framework.layers import planner
 
@@ -44,9 +44,16 @@ EXAMPLES = {
 }
 
 
-def parser_session() -> SparkSession:
+def parser_session(env: Environment | None = None) -> SparkSession:
     """The active session, or a bare local one: parsing needs neither the environment's cluster
-    nor its catalog, so any environment's specs can be checked from any machine."""
+    nor its catalog, so any environment's specs can be checked from any machine. An
+    environment on Spark Connect parses on its server (its client may have no Java)."""
+    if env is not None:
+        from framework.config.model import Runtime
+        from framework.session import get_spark, resolved_runtime
+
+        if resolved_runtime(env) is Runtime.CONNECT:
+            return get_spark(env, "medallion-validate")
     return SparkSession.getActiveSession() or (
         SparkSession.builder.master("local[1]").appName("medallion-validate")
         .config("spark.ui.enabled", "false").getOrCreate())

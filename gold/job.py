@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,7 +32,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import DateType, NullType, StructField, StructType, TimestampType
 
 from framework.config.model import Layer, Table
-from framework.delta import CHANGE_FEED, create_table
+from framework.delta import CHANGE_FEED, create_table, merge
 from framework.errors import ConfigError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote
@@ -136,7 +135,7 @@ class AggregateJob(StreamingJob):
         self._create_table(df.schema)
         if self.spec.output_mode is OutputMode.APPEND:
             return self.delta_sink(df, self.spec.partition_by)
-        return df.writeStream.outputMode("update").foreachBatch(self._merge_batch)
+        return self.foreach_batch(df, self._merge_batch, output_mode="update")
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Warn about a batch whose event time spans more than the watermark's delay (from
@@ -200,15 +199,9 @@ class AggregateJob(StreamingJob):
         source = batch.persist()  # MERGE may read its source twice: run the state once
         self.log.debug("gold.batch.merging", batch_id=batch_id)
         try:
-            result = (DeltaTable.forPath(self.spark, self.table.location).alias("t")
-                      .merge(source.alias("s"), on)
-                      .whenMatchedUpdateAll()
-                      .whenNotMatchedInsertAll()
-                      .execute())
-            row = result.first() if result is not None else None
+            metrics = merge(source, self.table.location, on)
         finally:
             source.unpersist()
-        metrics = row.asDict() if row is not None else {}
         inserted = int(metrics.get("num_inserted_rows", 0))
         updated = int(metrics.get("num_updated_rows", 0))
         self.merged["inserted"] += inserted

@@ -31,6 +31,7 @@ from framework.delta import CHANGE_FEED, create_table, sql_string
 from framework.errors import ConfigError, JobError
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import Job, RunContext, RunStatus
+from framework.jvm import size_estimate
 from framework.sqlcheck import analysis_problem, grouping_problems
 from gold.spec import JoinType, MartSpec
 
@@ -259,8 +260,7 @@ class MartJob(Job):
     def _size(self, name: str) -> int:
         """The size the optimizer estimates for the table: what it compares with the
         broadcast threshold."""
-        plan = self.spark.table(name)._jdf.queryExecution().optimizedPlan()
-        return int(str(plan.stats().sizeInBytes()))
+        return size_estimate(self.spark, name)
 
 
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],

@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -48,7 +47,7 @@ from pyspark.sql.types import (
 )
 
 from framework.config.model import Layer, Table
-from framework.delta import add_missing_columns, create_table, sql_string
+from framework.delta import add_missing_columns, create_table, merge, sql_string
 from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
@@ -222,7 +221,7 @@ class SilverJob(StreamingJob):
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)
-        return df.writeStream.foreachBatch(self._process_batch)
+        return self.foreach_batch(df, self._process_batch)
 
     # ------------------------------------------------------------------ columns and tables
     def _columns(self, df: DataFrame) -> DataFrame:
@@ -412,11 +411,8 @@ class SilverJob(StreamingJob):
             .drop("_rank")
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
         self.log.debug("silver.batch.merging", keys=keys)
-        (DeltaTable.forPath(self.spark, self.table.location).alias("t")
-         .merge(source.alias("s"), on)
-         .whenMatchedUpdateAll(condition=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
-         .whenNotMatchedInsertAll()
-         .execute())
+        merge(source, self.table.location, on,
+              update_when=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
         figures = super().batch_figures(progress)

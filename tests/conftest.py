@@ -16,7 +16,7 @@ from tests.support import Lakehouse
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
 LONG = ("test_crash", "test_readme", "test_lifecycle", "test_kafka", "test_report",
-        "test_serve")  # a minute or more each
+        "test_serve", "test_connect")  # a minute or more each
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,8 +34,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The worker's one session, made before any test runs: a command run in-process
+    (``validate``'s parser) would otherwise make a bare one first, without Delta, and every
+    later test of the worker would get it."""
     from framework.session import get_spark
 
     root = tmp_path_factory.mktemp("spark-session")

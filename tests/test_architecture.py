@@ -141,3 +141,44 @@ def test_gold_kinds_are_separate_models_each_with_its_job() -> None:
         MartSpec.model_validate({"name": "m", **mart, "watermark": "1 hour"})
     with pytest.raises(ValidationError, match="extra_forbidden"):
         AggregateSpec.model_validate({"name": "a", **aggregate, "materialize": True})
+
+
+JVM_ATTRIBUTES = ("_jvm", "_jsc", "_jdf", "_jsparkSession", "sparkContext", "_gateway")
+# The one capability that reaches into Spark's JVM (Py4J), and the Hadoop file system store,
+# which it hands its Py4J view to (both classic sessions only; framework.jvm says how Spark
+# Connect does without).
+JVM_MODULES = ("framework.jvm",)
+
+
+def _jvm_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """Attributes and names that reach into the JVM (``x._jvm``, ``getattr(x, "_jdf")``) and
+    imports of py4j."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in JVM_ATTRIBUTES:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Constant) and node.value in JVM_ATTRIBUTES:
+            found.append((node.lineno, str(node.value)))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if any(n == "py4j" or n.startswith("py4j.") for n in names):
+                found.append((node.lineno, "py4j"))
+    return found
+
+
+def test_only_the_jvm_capability_reaches_into_the_jvm() -> None:
+    """``framework.jvm`` holds every use of Py4J, each with its Spark Connect alternative: a
+    new ``_jvm``, ``_jsc``, ``_jdf``, ``_jsparkSession`` or ``sparkContext`` anywhere else in
+    the product fails here."""
+    outside = {f"{name}:{line} {attr}"
+               for name, path in _modules().items() if name not in JVM_MODULES
+               for line, attr in _jvm_uses(ast.parse(path.read_text(encoding="utf-8")))}
+    assert outside == set(), "JVM access outside framework.jvm: " + ", ".join(sorted(outside))
+    inside = _jvm_uses(ast.parse((REPO / "framework" / "jvm.py").read_text(encoding="utf-8")))
+    assert inside, "expected framework.jvm to hold the JVM's uses, found none (check the scan)"
+
+
+def test_the_stores_without_a_jvm_are_those_of_connect() -> None:
+    from framework.storage import IMPLEMENTATIONS, JVM_FREE_SCHEMES
+
+    assert set(IMPLEMENTATIONS) == set(JVM_FREE_SCHEMES)

@@ -11,6 +11,7 @@ from typing import Any
 from framework.commands import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, project_of, spark_for, write_json
 from framework.config.model import Layer, Runtime
 from framework.errors import ConfigError
+from framework.jvm import set_log_level
 from framework.layers import Commands
 
 
@@ -70,7 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # bury them: the feed's unreadable file fails a read on purpose, and Spark logs that
         # failure at ERROR with its stack from every task and writer it stops (hundreds of
         # lines) before bronze quarantines the file.
-        spark.sparkContext.setLogLevel("OFF")
+        set_log_level(spark, "OFF")
     tables = select_tables(project, None)
     runs = [run_until_stopped(spark, project, tables, False, watch=_print_progress)]
     later = demo.deliver_later(project) if runs[0].status is RunStatus.SUCCEEDED else []

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
@@ -30,9 +30,10 @@ class Runtime(StrEnum):
     """Where the driver runs; decides how the SparkSession is obtained."""
 
     AUTO = "auto"  # Databricks if DATABRICKS_RUNTIME_VERSION is set, spark-submit if launched
-    LOCAL = "local"  # by it, else local
+    LOCAL = "local"  # by it, Spark Connect if SPARK_REMOTE is set, else local
     DATABRICKS = "databricks"
     SUBMIT = "submit"
+    CONNECT = "connect"  # a Spark Connect server: `remote`, or $SPARK_REMOTE
 
 
 class AzureAuthMethod(StrEnum):
@@ -85,6 +86,10 @@ class Environment(Model):
     catalog: Identifier = "spark_catalog"
     schemas: LayerSchemas = LayerSchemas()
     master: Text = "local[*]"
+    remote: Text | None = Field(
+        default=None,
+        description="The Spark Connect server of a connect runtime (sc://host:port, with "
+        "its parameters); default: $SPARK_REMOTE.")
     shuffle_partitions: PositiveInt = 4
     processing_interval: Text = "30 seconds"
     spark_conf: dict[str, Text | SecretRef] = Field(default_factory=dict)
@@ -101,6 +106,46 @@ class Environment(Model):
         from framework.eventtime import check_interval
 
         return check_interval(value)
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_is_a_connect_url(cls, value: str | None) -> str | None:
+        from pydantic_core import PydanticCustomError
+
+        if value is None or value.startswith("sc://"):
+            return value
+        raise PydanticCustomError(
+            "invalid_remote",
+            "expected a Spark Connect URL (sc://host:port) for remote, found {found}",
+            {"found": repr(value)},
+        )
+
+    @model_validator(mode="after")
+    def _connect_needs_a_server_and_a_reachable_root(self) -> Environment:
+        """A connect runtime names its server, and its root is a store the client reaches
+        without a JVM (:func:`framework.storage.connect_refusal`)."""
+        import os
+
+        from pydantic_core import PydanticCustomError
+
+        from framework.storage.base import JVM_FREE_SCHEMES, connect_refusal, scheme_of
+
+        connect = self.runtime is Runtime.CONNECT or (
+            self.runtime is Runtime.AUTO and os.environ.get("SPARK_REMOTE", "").startswith(
+                "sc://") and "DATABRICKS_RUNTIME_VERSION" not in os.environ
+            and "PYSPARK_GATEWAY_PORT" not in os.environ)
+        if not connect:
+            return self
+        if self.runtime is Runtime.CONNECT and self.remote is None and \
+                not os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
+            raise PydanticCustomError(
+                "connect_without_server",
+                "expected the Spark Connect server of runtime connect (remote: "
+                "sc://host:port, or $SPARK_REMOTE), found neither")
+        if scheme_of(self.root) not in JVM_FREE_SCHEMES:
+            raise PydanticCustomError("connect_root", "{why}",
+                                      {"why": connect_refusal(self.root)})
+        return self
 
     @field_validator("metastore")
     @classmethod

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from framework.errors import StorageError
 from framework.storage.base import (
+    JVM_FREE_SCHEMES,
     UPLOADING_SUFFIX,
     FileInfo,
     Storage,
     archive_target,
+    connect_refusal,
     from_uri,
     local_path,
     scheme_of,
@@ -35,11 +37,13 @@ if TYPE_CHECKING:
     from framework.config.model import Environment
 
 __all__ = [
+    "JVM_FREE_SCHEMES",
     "UPLOADING_SUFFIX",
     "FileInfo",
     "LocalStorage",
     "Storage",
     "archive_target",
+    "connect_refusal",
     "from_uri",
     "land",
     "local_path",
@@ -72,9 +76,10 @@ IMPLEMENTATIONS: dict[str, Callable[[str, Environment | None], Storage]] = {
 
 
 def storage_for(path: str, env: Environment | None = None, spark: Any = None) -> Storage:
-    """The store for ``path``: with a Spark session (a job's own file operations), the
-    session's Hadoop ``FileSystem`` for any path that is not on a local disk; without one, by
-    the path's scheme (ADLS paths take their account's credentials from ``env``).
+    """The store for ``path``: with a classic Spark session (a job's own file operations),
+    the session's Hadoop ``FileSystem`` for any path that is not on a local disk; without one,
+    or with a Spark Connect session (no JVM in reach), by the path's scheme (ADLS paths take
+    their account's credentials from ``env``; another scheme is refused under Connect).
 
     A local path is handled through ``os`` either way: it is the disk Hadoop's local file
     system reads too, and each call into the JVM through Py4J costs about 2 ms here (a run of
@@ -82,9 +87,14 @@ def storage_for(path: str, env: Environment | None = None, spark: Any = None) ->
     """
     scheme = scheme_of(path)
     if spark is not None and scheme not in ("", "file"):
-        from framework.storage.hadoop import HadoopStorage
+        from framework.jvm import is_connect
 
-        return HadoopStorage(spark)
+        if not is_connect(spark):
+            from framework.storage.hadoop import HadoopStorage
+
+            return HadoopStorage(spark)
+        if scheme not in JVM_FREE_SCHEMES:  # a Connect client has no Hadoop file system
+            raise StorageError(connect_refusal(path))
     try:
         factory = IMPLEMENTATIONS[scheme]
     except KeyError:

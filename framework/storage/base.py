@@ -71,6 +71,20 @@ class Storage(Protocol):
         local disk and HDFS, 1000 on ADLS and S3 (HTTP dates)."""
 
 
+# Schemes of the stores that need no JVM (framework.storage.IMPLEMENTATIONS): what a Spark
+# Connect client can reach itself.
+JVM_FREE_SCHEMES = ("", "file", "abfss", "abfs")
+
+
+def connect_refusal(path: str) -> str:
+    """Why ``path`` cannot be the lake of a Spark Connect session."""
+    stores = ", ".join(f"{s}://" for s in JVM_FREE_SCHEMES if s and s != "file")
+    return (f"expected a lakehouse root a Spark Connect client reaches without a JVM (a local "
+            f"folder, {stores}), found {path!r}: its scheme {scheme_of(path)!r} has a file "
+            f"system only in Spark's JVM, which a Spark Connect client does not have (run it "
+            f"with runtime local or submit)")
+
+
 def local_path(path: str) -> str:
     """A local file system path from a plain path or a ``file:`` path; another URL in one
     spelling: ``s:/p``, as Hadoop writes a path with no authority, is ``s:///p``. The name is

@@ -2,8 +2,9 @@
 ``hdfs``, ``abfss``, ``s3a``, ``dbfs``...): the store of a job's own file operations (bronze's
 stat, archive, quarantine; a checkpoint's logs), with the credentials Spark already holds.
 
-Calls go through Py4J to ``org.apache.hadoop.fs.FileSystem``; each path's file system is the
-one Hadoop resolves for its scheme and authority (cached by Hadoop). A rename is atomic where
+Calls go through Py4J (:mod:`framework.jvm`; classic sessions only) to
+``org.apache.hadoop.fs.FileSystem``; each path's file system is the one Hadoop resolves for its
+scheme and authority (cached by Hadoop). A rename is atomic where
 the store's is (local disks, HDFS, ADLS with a hierarchical namespace); on S3 it is a copy and
 a delete.
 """
@@ -30,9 +31,12 @@ class HadoopStorage:
     """The lake's file operations through the Hadoop ``FileSystem`` of a Spark session."""
 
     def __init__(self, spark: Any) -> None:
-        self._jvm = spark._jvm
-        self._conf = spark._jsc.hadoopConfiguration()
-        self._checksummed = self._jvm.java.lang.Class.forName(
+        from framework.jvm import gateway, hadoop_configuration, require_classic
+
+        require_classic(spark, f"a store of {type(self).__name__}")
+        self._java = gateway(spark)
+        self._conf = hadoop_configuration(spark)
+        self._checksummed = self._java.java.lang.Class.forName(
             "org.apache.hadoop.fs.ChecksumFileSystem")
         self._file_systems: dict[tuple[str, str], Any] = {}
         self._made: set[str] = set()  # folders this store created (or found)
@@ -59,7 +63,7 @@ class HadoopStorage:
         def read() -> bytes:
             stream = fs.open(p)
             try:
-                return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+                return bytes(self._java.org.apache.commons.io.IOUtils.toByteArray(stream))
             finally:
                 stream.close()
 
@@ -127,10 +131,10 @@ class HadoopStorage:
         fs, d = self._fs(path)
         if self.exists(path):
             raise StorageError(f"expected no file at {path}, found one (uploading {local_file})")
-        staging = self._jvm.org.apache.hadoop.fs.Path(uploading_name(path))
+        staging = self._java.org.apache.hadoop.fs.Path(uploading_name(path))
         # through java.io.File: an absolute file: URI, whatever the name holds
-        local = self._jvm.org.apache.hadoop.fs.Path(
-            self._jvm.java.io.File(os.path.abspath(local_file)).toURI())
+        local = self._java.org.apache.hadoop.fs.Path(
+            self._java.java.io.File(os.path.abspath(local_file)).toURI())
         self._call("upload", path, lambda: fs.copyFromLocalFile(False, True, local, staging))
         if modified_ms is not None:
             self._call("set the time of", path, lambda: fs.setTimes(staging, modified_ms, -1))
@@ -139,7 +143,7 @@ class HadoopStorage:
 
     def write_bytes(self, path: str, data: bytes) -> None:
         fs, d = self._fs(path)
-        staging = self._jvm.org.apache.hadoop.fs.Path(uploading_name(path))
+        staging = self._java.org.apache.hadoop.fs.Path(uploading_name(path))
 
         def write() -> None:
             out = fs.create(staging, True)
@@ -181,7 +185,7 @@ class HadoopStorage:
         """The file system of ``path`` and the path; a local one without its checksum layer
         (it would add a ``.crc`` file beside each file the framework writes). File systems are
         kept per scheme and authority: each call through Py4J costs about a millisecond."""
-        p = self._jvm.org.apache.hadoop.fs.Path(path)
+        p = self._java.org.apache.hadoop.fs.Path(path)
         key = (scheme_of(path), urlparse(path).netloc)
         fs = self._file_systems.get(key)
         if fs is None:
@@ -203,12 +207,12 @@ class HadoopStorage:
     def _call(self, what: str, path: str, fn: Callable[[], T]) -> T:
         """Run a Hadoop call; its errors become storage errors naming the path (the JVM's
         message's first line, never its stack)."""
-        from py4j.protocol import Py4JJavaError
+        from framework.jvm import java_error
 
         try:
             return fn()
-        except Py4JJavaError as exc:
-            error = exc.java_exception
-            kind = str(error.getClass().getSimpleName())
-            message = str(error.getMessage() or "").splitlines()[0] if error.getMessage() else ""
-            raise StorageError(f"cannot {what} {path}: {kind}: {message}"[:500]) from None
+        except Exception as exc:
+            found = java_error(exc)
+            if found is None:
+                raise
+            raise StorageError(f"cannot {what} {path}: {found}"[:500]) from None
