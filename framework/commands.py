@@ -101,13 +101,13 @@ def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | No
     no lease is needed); a lake held by another command is a :class:`LakeInUseError`, or
     is waited for after ``--wait``."""
     from framework.lease import Lease
-    from framework.session import detect_runtime
+    from framework.session import resolved_runtime
     from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
 
     if _Lake.lease is not None:
         return _Lake.lease.run_id
     env = project.env
-    runtime = env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
+    runtime = resolved_runtime(env)
     embedded = runtime is Runtime.LOCAL and not (env.metastore or "").startswith("thrift://")
     if not (writes or embedded):
         return None

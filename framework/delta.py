@@ -118,7 +118,7 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     if not storage.exists(log):
         return False
     files = [f.path for f in storage.list_files(location)]
-    if not all(_temporary_log_file(f, f"{log}/") for f in files):
+    if not all(_temporary_log_file(f) for f in files):
         return False
     for f in files:
         storage.delete(f)
@@ -128,11 +128,12 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     return True
 
 
-def _temporary_log_file(path: str, log: str) -> bool:
-    """Whether ``path`` is a hidden file directly in the folder ``log`` (a commit being
-    written: ``.00000000000000000000.json.<uuid>.tmp``, or its checksum)."""
-    name = path[len(log):] if path.startswith(log) else ""
-    return name.startswith(".") and "/" not in name
+def _temporary_log_file(path: str) -> bool:
+    """Whether ``path`` is a hidden file directly in a ``_delta_log`` folder (a commit being
+    written: ``.00000000000000000000.json.<uuid>.tmp``, or its checksum), however the store
+    spells the folder (``file:/p``, ``/p``)."""
+    folder, _, name = path.rstrip("/").rpartition("/")
+    return folder.endswith("/_delta_log") and name.startswith(".")
 
 
 def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> dict[str, Any]:
@@ -249,13 +250,22 @@ class BatchCommits:
 
 
 def is_delta_table(spark: SparkSession, location: str) -> bool:
-    """Whether a Delta table is at ``location`` (Spark SQL: a classic session and a Spark
-    Connect one alike)."""
-    from pyspark.errors import AnalysisException
+    """Whether a Delta table is at ``location``: a ``_delta_log`` folder there (the store's
+    own check: a missing path or a folder of plain files is no table), whose table Delta can
+    describe (an empty log, left by a create cut short, is none). Spark SQL and the lake's
+    store, so a classic session and a Spark Connect one alike."""
+    from framework.errors import StorageError
+    from framework.storage import storage_for
 
     try:
+        store = storage_for(location, None, spark)
+    except StorageError:  # ADLS on Spark Connect: its client needs the environment's storage
+        store = None
+    if store is not None and not store.exists(f"{location.rstrip('/')}/_delta_log"):
+        return False
+    try:
         detail = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").collect()
-    except AnalysisException:  # no table there, or not a Delta one
+    except Exception:  # no table Delta can read there (a missing or empty log)
         return False
     return bool(detail) and detail[0]["format"] == "delta"
 
@@ -269,9 +279,12 @@ def merge(source: DataFrame, location: str, on: str, *, update_when: str | None 
     Spark SQL, so a Spark Connect session runs it as a classic one does."""
     matched = f"WHEN MATCHED AND ({update_when}) THEN UPDATE SET *" if update_when \
         else "WHEN MATCHED THEN UPDATE SET *"
-    result = source.sparkSession.sql(
-        f"MERGE INTO {quote_path(location)} AS t USING {{source}} AS s ON {on} "
-        f"{matched} WHEN NOT MATCHED THEN INSERT *", source=source).collect()
+    # The text is a template whose {source} Spark fills with the DataFrame: braces of the
+    # location or the conditions are escaped.
+    statement = (f"MERGE INTO {quote_path(location)} AS t USING <source> AS s ON {on} "
+                 f"{matched} WHEN NOT MATCHED THEN INSERT *")
+    template = statement.replace("{", "{{").replace("}", "}}").replace("<source>", "{source}")
+    result = source.sparkSession.sql(template, source=source).collect()
     return {k: int(v) for k, v in result[0].asDict().items() if v is not None} \
         if result else {}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from framework.errors import UsageError
+from framework.errors import SessionError, UsageError
 
 
 def is_connect(spark: Any) -> bool:
@@ -106,11 +106,13 @@ def size_estimate(spark: SparkSession, table: str) -> int:
     broadcast threshold)."""
     if is_connect(spark):
         # EXPLAIN COST prints the optimized plan with its statistics: the root's is the table's.
-        text = spark.sql(f"EXPLAIN COST SELECT * FROM {table}").collect()[0][0]
+        from framework.identifiers import quote_name
+
+        text = spark.sql(f"EXPLAIN COST SELECT * FROM {quote_name(table)}").collect()[0][0]
         found = re.search(r"Statistics\(sizeInBytes=([0-9.]+)\s*([KMGTPE]?i?B)", text)
         if found is None:
-            raise ValueError(f"expected the optimizer's size of {table} in EXPLAIN COST, "
-                             f"found none in {text[:200]!r}")
+            raise SessionError(f"expected the optimizer's size of {table} in EXPLAIN COST, "
+                               f"found none in {text[:200]!r}")
         return _bytes(float(found.group(1)), found.group(2))
     plan = query_execution(spark.table(table)).optimizedPlan()
     return int(str(plan.stats().sizeInBytes()))

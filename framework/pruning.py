@@ -154,12 +154,12 @@ def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
 
 def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningEvidence:
     """The evidence on a Spark Connect session: the scans' metrics from the executed plan
-    (``DataFrame.executionInfo``; ``run`` collects the rows to the client, the one action
-    that keeps it), the pruning filters from the plan's text, the totals from each Delta
-    table's own figures (``DESCRIBE DETAIL``, and its distinct partition values)."""
+    (``DataFrame.executionInfo``, which ``run`` fills by writing the rows to Spark's ``noop``
+    sink: none reaches the client), the pruning filters from the plan's text, the totals from
+    each Delta table's own figures (``DESCRIBE DETAIL``, and its distinct partition values)."""
     connect: Any = df  # a Spark Connect DataFrame: executionInfo, _explain_string
-    if run or connect.executionInfo is None:
-        connect.collect()
+    if run or connect.executionInfo is None:  # run, the rows kept on the server
+        connect.write.format("noop").mode("overwrite").save()
     info = connect.executionInfo
     text = str(connect._explain_string(mode="formatted"))
     blocks = _formatted_scans(text)
@@ -167,7 +167,7 @@ def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningE
     for node in (info.metrics._metrics if info and info.metrics else []):
         if not node.name.startswith(_SCAN):
             continue
-        table = node.name[len(_SCAN):].strip()
+        table = node.name[len(_SCAN):].strip()  # "" for a scan of files by path
         metrics = {m.name: m.value for m in node.metrics}
         partitions, files = _table_totals(spark, table)
         scans.append(ScanEvidence(
@@ -181,7 +181,7 @@ def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningE
     return PruningEvidence("dynamicpruningexpression" in text.lower(), tuple(scans), text)
 
 
-_SCAN = "Scan parquet "
+_SCAN = "Scan parquet"
 
 
 def _first(metrics: dict[str, Any], *names: str) -> Any:
@@ -204,11 +204,15 @@ def _formatted_scans(text: str) -> dict[str, str]:
 
 def _table_totals(spark: SparkSession, table: str) -> tuple[int | None, int | None]:
     """A Delta table's partitions (None: not partitioned) and files, from its own figures."""
+    from pyspark.errors import AnalysisException
+
     from framework.identifiers import quote_all, quote_name
 
+    if not table:
+        return None, None
     try:
         detail = spark.sql(f"DESCRIBE DETAIL {quote_name(table)}").collect()[0]
-    except Exception:
+    except AnalysisException:  # not a Delta table: its totals are not known
         return None, None
     columns = list(detail["partitionColumns"] or [])
     partitions = None

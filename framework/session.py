@@ -67,14 +67,8 @@ def hadoop_azure_package(hadoop_version: str) -> str:
 
 def detect_runtime() -> Runtime:
     """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
-    Connect if ``$SPARK_REMOTE`` names a server; else local."""
-    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
-        return Runtime.DATABRICKS
-    if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
-        return Runtime.SUBMIT
-    if os.environ.get(REMOTE_VARIABLE, "").startswith("sc://"):
-        return Runtime.CONNECT
-    return Runtime.LOCAL
+    Connect if ``$SPARK_REMOTE`` names a server; else local (:meth:`Runtime.detect`)."""
+    return Runtime.detect()
 
 
 REMOTE_VARIABLE = "SPARK_REMOTE"

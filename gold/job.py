@@ -135,7 +135,7 @@ class AggregateJob(StreamingJob):
         self._create_table(df.schema)
         if self.spec.output_mode is OutputMode.APPEND:
             return self.delta_sink(df, self.spec.partition_by)
-        return self.foreach_batch(df, self._merge_batch, output_mode="update")
+        return self.foreach_batch(df, self._merge_batch, output_mode=OutputMode.UPDATE)
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Warn about a batch whose event time spans more than the watermark's delay (from

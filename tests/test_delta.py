@@ -22,7 +22,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.delta import clear_unfinished_create, create_table, literal_rows
+from framework.delta import clear_unfinished_create, create_table, is_delta_table, literal_rows
 
 SCHEMA = StructType([
     StructField("path", StringType()),
@@ -72,9 +72,10 @@ def test_a_value_that_does_not_fit_its_column_fails_rather_than_turning_null(
         literal_rows(spark, [("a", "not a number", None, None, None, None)], SCHEMA).collect()
 
 
+@pytest.mark.parametrize("spelling", ["", "file:"])
 @pytest.mark.parametrize("leftover", [[], [".00000000000000000000.json.3f2a.tmp"]])
 def test_a_create_killed_before_its_first_commit_does_not_block_the_table(
-        spark: SparkSession, tmp_path: Path, leftover: list[str]) -> None:
+        spark: SparkSession, tmp_path: Path, leftover: list[str], spelling: str) -> None:
     # What `bench/chaos.py --seed 3` found: the driver killed inside CREATE TABLE left an
     # empty _delta_log, and every later run failed with DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION.
     location = tmp_path / "orders"
@@ -83,7 +84,9 @@ def test_a_create_killed_before_its_first_commit_does_not_block_the_table(
         (location / "_delta_log" / name).write_text('{"commitInfo":')
     name = f"spark_catalog.default.unfinished_{len(leftover)}_{uuid.uuid4().hex[:6]}"
     schema = StructType([StructField("id", LongType())])
-    assert create_table(spark, name, schema, str(location))
+    assert not is_delta_table(spark, spelling + str(location))  # an empty log is no table
+    assert create_table(spark, name, schema, spelling + str(location))
+    assert is_delta_table(spark, spelling + str(location))
     assert spark.table(name).count() == 0
     assert sorted(p.name for p in (location / "_delta_log").iterdir() if p.suffix == ".json") \
         == ["00000000000000000000.json"]
@@ -96,3 +99,12 @@ def test_a_location_holding_data_is_left_for_delta_to_refuse(
     (location / "part-0.parquet").write_bytes(b"not ours to delete")
     assert not clear_unfinished_create(spark, str(location))
     assert (location / "part-0.parquet").exists() and (location / "_delta_log").exists()
+
+
+def test_a_missing_path_or_a_folder_of_files_is_no_delta_table(
+        spark: SparkSession, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    spark.range(3).write.parquet(str(plain))
+    assert not is_delta_table(spark, str(tmp_path / "missing"))
+    assert not is_delta_table(spark, str(plain))
+    assert not is_delta_table(spark, f"file:{tmp_path / 'missing'}")

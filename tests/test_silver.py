@@ -331,3 +331,17 @@ def test_config_errors_explain_bucketing_on_delta_and_unknown_sources(
     assert "Delta rejects bucketing" in text and "cluster_by" in text
     assert "bronze.nothing_here" in text
     assert "either partition_by or cluster_by" in text
+
+
+def test_silver_before_its_bronze_table_exists_says_to_run_bronze_first(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec())
+
+    summary, _ = run_silver(spark, lakehouse, ok=False)
+
+    assert summary.status is RunStatus.FAILED
+    assert summary.error is not None
+    assert "expected the source table bronze.orders" in summary.error
+    assert "found no Delta table there (run its layer first)" in summary.error

@@ -35,6 +35,20 @@ class Runtime(StrEnum):
     SUBMIT = "submit"
     CONNECT = "connect"  # a Spark Connect server: `remote`, or $SPARK_REMOTE
 
+    @classmethod
+    def detect(cls) -> Runtime:
+        """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
+        Connect if ``$SPARK_REMOTE`` names a server; else local."""
+        import os
+
+        if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+            return cls.DATABRICKS
+        if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
+            return cls.SUBMIT
+        if os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
+            return cls.CONNECT
+        return cls.LOCAL
+
 
 class AzureAuthMethod(StrEnum):
     """How the framework and Spark authenticate to ADLS Gen2."""
@@ -130,11 +144,8 @@ class Environment(Model):
 
         from framework.storage.base import JVM_FREE_SCHEMES, connect_refusal, scheme_of
 
-        connect = self.runtime is Runtime.CONNECT or (
-            self.runtime is Runtime.AUTO and os.environ.get("SPARK_REMOTE", "").startswith(
-                "sc://") and "DATABRICKS_RUNTIME_VERSION" not in os.environ
-            and "PYSPARK_GATEWAY_PORT" not in os.environ)
-        if not connect:
+        runtime = self.runtime if self.runtime is not Runtime.AUTO else Runtime.detect()
+        if runtime is not Runtime.CONNECT:
             return self
         if self.runtime is Runtime.CONNECT and self.remote is None and \
                 not os.environ.get("SPARK_REMOTE", "").startswith("sc://"):

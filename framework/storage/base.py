@@ -43,7 +43,8 @@ class Storage(Protocol):
         move and a check would be three."""
 
     def delete(self, path: str) -> None:
-        """Delete a file; a missing one is not an error."""
+        """Delete a file (or an empty folder, on stores that have folders); a missing one is
+        not an error."""
 
     def list_files(self, path: str) -> Iterator[FileInfo]:
         """Every file under ``path``, recursively; nothing for a missing folder."""

@@ -57,7 +57,10 @@ class LocalStorage:
 
     def delete(self, path: str) -> None:
         try:
-            os.remove(local_path(path))
+            if os.path.isdir(local_path(path)):  # an empty folder, as Hadoop's delete takes
+                os.rmdir(local_path(path))
+            else:
+                os.remove(local_path(path))
         except FileNotFoundError:
             return
         except OSError as exc:
