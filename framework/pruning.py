@@ -154,12 +154,15 @@ def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
 
 def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningEvidence:
     """The evidence on a Spark Connect session: the scans' metrics from the executed plan
-    (``DataFrame.executionInfo``, which ``run`` fills by writing the rows to Spark's ``noop``
-    sink: none reaches the client), the pruning filters from the plan's text, the totals from
-    each Delta table's own figures (``DESCRIBE DETAIL``, and its distinct partition values)."""
+    (``DataFrame.executionInfo``, which ``run`` fills by collecting the rows to the client:
+    the one action whose info keeps them), the pruning filters from the plan's text, the
+    totals from each Delta table's own figures (``DESCRIBE DETAIL``, and its distinct
+    partition values)."""
     connect: Any = df  # a Spark Connect DataFrame: executionInfo, _explain_string
-    if run or connect.executionInfo is None:  # run, the rows kept on the server
-        connect.write.format("noop").mode("overwrite").save()
+    if run or connect.executionInfo is None:
+        # (a write to Spark's noop sink keeps the rows on the server, but its execution info
+        # holds the write command's metrics, not the scans')
+        connect.collect()
     info = connect.executionInfo
     text = str(connect._explain_string(mode="formatted"))
     blocks = _formatted_scans(text)
