@@ -4,15 +4,20 @@ and compare the lake with a clean run of the same feed.
     python bench/chaos.py --kills 20 --seed 1 [--terms 2] [--faults 0.3] [--orders 3000]
 
 The demo's generator writes one dirty feed (duplicates, re-deliveries, malformed lines, an
-unreadable file, a new key halfway), delivered in ``--deliveries`` slices and a reserve one
-(in the order of the files' times) into two fresh roots; from the second delivery on, one
-orders file and one customers file are landed again under a name already ingested, with other
-bytes. The tables are the demo's, plus what the demo leaves
-out: its mart materialized, and a gold aggregate in append mode. After each delivery the
-clean root is run once with ``medallion run all`` (availableNow). The chaos root is run the
-same way, as its own process group, and interrupted, restarted, interrupted again... until
-the delivery's share of the kills has landed; then it runs to the end, and the next delivery
-lands.
+unreadable file, a new key halfway), delivered in ``--deliveries`` slices and two reserve ones
+(in the order of the files' times) into two fresh roots. From the second delivery on, each
+delivery also lands:
+
+* one orders file and one customers file again under a name already ingested, with other
+  bytes (the orders one with a key of its own, so the table's schema changes again);
+* new rows for the dimensions (a few customers moved to another segment, a few stores
+  renamed), so that every delivery runs silver's MERGEs and rewrites the mart.
+
+The tables are the demo's, plus what the demo leaves out: its mart materialized, and a gold
+aggregate in append mode. After each delivery the clean root is run once with
+``medallion run all`` (availableNow). The chaos root is run the same way, as its own process
+group, and interrupted, restarted, interrupted again... until the delivery's share of the
+kills has landed; then it runs to the end, and the next delivery lands.
 
 Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
 phase, then a seeded random delay of up to the phase's length, and kills the process group
@@ -21,11 +26,17 @@ lake's lease, a file delivered again under a used name being set aside (customer
 ``redelivery: skip``: between its ledger row and its move) or renamed to be ingested (orders),
 a bronze query's first listing, mid-batch, a schema change (the table altered, the history not
 yet written), between a bronze commit and its ledger commit, a batch's moves of its files (after
-its ledger commit), the ledger's replace (a move refused), a silver MERGE, a gold MERGE, a gold
-append, the mart's rewrite, and a moment drawn over the clean run's duration. A delivery takes
-the moments drawn over the run first, then its kills in the pipeline's order; one whose run
-ends before the phase opens passes the kill on to the next delivery, the last ones to the
-reserve slice.
+its ledger commit), the ledger's replace (a move refused: with ``--faults`` only), a silver
+MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment
+drawn over the clean run's duration.
+
+A delivery takes its share of the plan (:func:`schedule`): the moments drawn over the run
+first, then its kills in the pipeline's order, leaving for a later delivery a phase that
+cannot open in it (a file sent again before the second delivery, a second kill in a phase that
+opens once per delivery). A run
+that ends before its phase opens passes that kill and the delivery's later ones on to the next
+delivery. The reserve slices take what is left, one by one; once every interruption has
+happened, the rest of the feed lands in one delivery.
 
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
@@ -96,6 +107,9 @@ class Phase:
     within: float
     table: str = ""
     needs: tuple[str, ...] = ()  # tables, one of which must be run for the phase to open
+    first: int = 1  # the first delivery in which it can open
+    once: bool = False  # it opens once per delivery (a file's event, not a batch's)
+    faults: bool = False  # it opens only on a store that refuses operations (--faults)
 
 
 PHASES = [  # in the pipeline's order
@@ -103,14 +117,15 @@ PHASES = [  # in the pipeline's order
     Phase("lease", "lake.lease.taken", 1.0),
     # (customers run before orders: bronze tables run in the order of their names)
     Phase("redelivery-skip", "bronze.deliveries.quarantining", 0.5, "customers",
-          needs=("customers",)),
-    Phase("redelivery", "bronze.file.redelivering", 0.3, "orders", needs=("orders",)),
+          needs=("customers",), first=2, once=True),
+    Phase("redelivery", "bronze.file.redelivering", 0.3, "orders", needs=("orders",),
+          first=2, once=True),
     Phase("listing", "stream.query.started", 0.6, "bronze"),
     Phase("mid-batch", "bronze.batch.started", 1.5),
-    Phase("schema-change", "bronze.schema.changing", 1.5, "orders"),
+    Phase("schema-change", "bronze.schema.changing", 1.5, "orders", once=True),
     Phase("bronze-ledger", "bronze.batch.appended", 0.4),
     Phase("archiving", "bronze.files.settling", 0.15),
-    Phase("ledger-replace", "bronze.ledger.replacing", 0.6),
+    Phase("ledger-replace", "bronze.ledger.replacing", 0.6, faults=True),
     Phase("silver-merge", "silver.batch.merging", 1.0, needs=("customers", "stores")),
     Phase("gold-merge", "gold.batch.merging", 1.0, needs=("store_sales",)),
     Phase("gold-append", "stream.query.started", 2.5, "store_sales_final",
@@ -124,6 +139,7 @@ ORDER = {p.name: i for i, p in enumerate(PHASES)}
 FIRST = {**ORDER, "anywhere": -1}
 FAULT = re.compile(r"injected fault: (\w+ of \S+) refused")
 BY_NAME = {p.name: p for p in PHASES}
+RESERVE = 2  # slices of the feed kept for interruptions left over
 DELIVERY = re.compile(r"\.delivery-\d{8}T\d{9}Z(-\d+)?")
 
 
@@ -208,7 +224,7 @@ def deliveries(landing: Path, count: int) -> list[list[Path]]:
                    key=lambda p: (p.stat().st_mtime_ns, p.name))
     size = math.ceil(len(files) / count)
     slices = [files[i:i + size] for i in range(0, len(files), size)]
-    firsts = {}
+    firsts: dict[Path, Path] = {}
     for f in files:
         if f.parent.name != "orders":
             firsts.setdefault(f.parent, f)
@@ -234,10 +250,50 @@ def sent_again(slices: list[list[Path]], feed: Path, again: Path, delivery: int
             continue
         target = again / f"{delivery}" / first.relative_to(feed)
         target.parent.mkdir(parents=True, exist_ok=True)
-        lines = first.read_bytes().splitlines(keepends=True)
-        target.write_bytes(b"".join(lines[:-delivery]))
+        lines = first.read_bytes().splitlines(keepends=True)[:-delivery]
+        if table == "orders":  # a re-export with a key of its own: the table's schema grows
+            lines = [with_key(line, f"export_{delivery}") for line in lines]
+        target.write_bytes(b"".join(lines))
         copies.append(target)
     return copies
+
+
+def with_key(line: bytes, key: str) -> bytes:
+    """A JSON line with one key more (a line that is no JSON object as it is)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(record, dict):
+        return line
+    return (json.dumps({**record, key: "yes"}) + "\n").encode()
+
+
+def dimension_changes(work: Path, delivery: int) -> list[Path]:
+    """New rows for the dimensions (the customers and stores the run has), written under
+    ``work/dims/<delivery>`` as under the feed, so that every delivery runs silver's MERGEs
+    and rewrites the mart: a few customers moved to another segment, a few stores renamed,
+    each with a sequence value after every earlier one's."""
+    from examples.retail.demo import CUSTOMERS, REGIONS, STORES
+
+    folder = work / "dims" / f"{delivery}" / "landing"
+    specs = work / "conf" / "tables" / "bronze"
+    written = []
+    if (specs / "customers.yaml").exists():
+        rows = ["customer_id,name,segment,country,updated_at"]
+        rows += [f"c{c:04d},Customer {c},tier{delivery},NL,2026-11-{10 + delivery:02d}T00:00:00Z"
+                 for c in range(delivery, CUSTOMERS, 37)]
+        written.append(folder / "customers" / f"customers-change-{delivery}.csv")
+        written[-1].parent.mkdir(parents=True, exist_ok=True)
+        written[-1].write_text("\n".join(rows) + "\n")
+    if (specs / "stores.yaml").exists():
+        rows = [json.dumps({"store_id": f"s{s:02d}", "name": f"Store {s} ({delivery})",
+                            "region": REGIONS[s % 4], "opened_on": f"2040-01-{delivery:02d}"})
+                for s in range(delivery % 3, STORES, 3)]
+        written.append(folder / "stores" / f"stores-change-{delivery}.json")
+        written[-1].parent.mkdir(parents=True, exist_ok=True)
+        written[-1].write_text("\n".join(rows) + "\n")
+    return written
 
 
 def deliver(files: list[Path], feed: Path, roots: list[Path]) -> None:
@@ -345,20 +401,37 @@ def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> In
     return plan
 
 
-def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | None = None
-              ) -> list[Interruption]:
+def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | None = None,
+              faults: bool = False) -> list[Interruption]:
     """``kills`` SIGKILLs and ``terms`` SIGTERMs, the phases dealt from shuffled decks (those
-    that open with ``tables``, when given)."""
+    that open with ``tables``, when given, and with ``faults``)."""
     phases: list[str] = []
     while len(phases) < kills + terms:
-        deck = [p.name for p in PHASES
-                if tables is None or not p.needs or tables & set(p.needs)]
+        deck = [p.name for p in PHASES if (faults or not p.faults)
+                and (tables is None or not p.needs or tables & set(p.needs))]
         rng.shuffle(deck)
         phases += deck
     signals = ["KILL"] * kills + ["TERM"] * terms
     rng.shuffle(signals)
     return [Interruption(name, sig, rng.uniform(0.0, BY_NAME[name].within or 1.0))
             for name, sig in zip(phases, signals, strict=False)]
+
+
+def schedule(pending: list[Interruption], delivery: int) -> tuple[list[Interruption],
+                                                                   list[Interruption]]:
+    """The interruptions of ``pending`` that can open in delivery ``delivery`` (1 on), in
+    the pipeline's order, and those left for a later one: a phase not open yet, or a second
+    one of a phase that opens once per delivery."""
+    now: list[Interruption] = []
+    later: list[Interruption] = []
+    for step in sorted(pending, key=lambda p: FIRST[p.phase]):
+        phase = BY_NAME[step.phase]
+        names = [s.phase for s in now]
+        if phase.first > delivery or (phase.once and step.phase in names):
+            later.append(step)
+        else:
+            now.append(step)
+    return now, later
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -498,51 +571,67 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   str(args.files), "--conf", str(work / "conf"), "--env", "feed",
                   "--log-level", "error"]) != 0:
         sys.exit("the feed could not be generated")
-    # one slice more than asked: a reserve for the kills whose phase a delivery's runs ended
-    # before (a moment drawn past the end of a run with little left to do)
-    slices = deliveries(feed / "landing", args.deliveries + (not args.no_reserve))
+    # RESERVE slices more than asked, for the interruptions a delivery could not take (a
+    # phase that opens once per delivery, or a run that ended before its phase); delivered
+    # together, with no interruption, once every interruption has happened
+    reserve = 0 if args.no_reserve else RESERVE
+    slices = deliveries(feed / "landing", args.deliveries + reserve)
     for folder in (p for p in (feed / "landing").rglob("*") if p.is_dir()):
         for root in (clean.root, chaos.root):  # as 'medallion init' makes them
             (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
     plan = make_plan(rng, args.kills, args.terms,
-                     set(args.tables.split(",")) if args.tables else None)
+                     set(args.tables.split(",")) if args.tables else None, bool(args.faults))
     if args.phases:
         plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))
                 for name in args.phases.split(",")]
     fault_seed = args.seed * 1000
     pending: list[Interruption] = []
     done: list[Interruption] = []
-    restarts = 0
-    for d, files in enumerate(slices):
+    names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()}
+    delivered: list[list[Path]] = []
+    restarts = d = 0
+    while slices:
+        if pending or plan:
+            files, slices = slices[0], slices[1:]
+        else:  # nothing left to interrupt: the rest in one delivery
+            files, slices = [f for part in slices for f in part], []
         deliver(files, feed, [clean.root, chaos.root])
-        if d > 0:  # files sent again under names already ingested
-            deliver(sent_again(slices, feed, work / "again", d), work / "again" / f"{d}",
-                    [clean.root, chaos.root])
+        if d > 0:  # files sent again under names already ingested; dimensions changed
+            deliver(sent_again([*delivered, files], feed, work / "again", d),
+                    work / "again" / f"{d}", [clean.root, chaos.root])
+            changes = dimension_changes(work, d)
+            names |= {f.name for f in changes}
+            deliver(changes, work / "dims" / f"{d}", [clean.root, chaos.root])
+        delivered.append(files)
         duration = run_through(work, clean)
-        left = max(len(slices) - (not args.no_reserve) - d, 1)  # the reserve: what is left
+        left = max(args.deliveries - d, 1)  # in the reserve: all that is left
         share = math.ceil((len(plan) + len(pending)) / left)
-        take, plan = plan[:max(share - len(pending), 0)], plan[max(share - len(pending), 0):]
-        pending = sorted(pending + take, key=lambda p: FIRST[p.phase])
-        print(f"delivery {d + 1}/{len(slices)}: {len(files)} files, clean run {duration:.1f} s, "
-              f"{len(pending)} interruptions planned", flush=True)
-        while pending:
+        count = max(share - len(pending), 0)
+        pending, plan = pending + plan[:count], plan[count:]
+        now, later = schedule(pending, d + 1)
+        print(f"delivery {d + 1}: {len(files)} files, clean run {duration:.1f} s, "
+              f"{len(now)} interruptions planned ({len(later) + len(plan)} for later)",
+              flush=True)
+        while now:
             if args.faults:
                 fault_seed += 1
                 write_env(work, chaos, {"rate": str(args.faults), "seed": str(fault_seed)})
-            step = interrupt(work, chaos, pending[0], duration)
+            step = interrupt(work, chaos, now[0], duration)
             step.delivery = d + 1
             restarts += 1
             if step.outcome == "missed":
                 print(f"  {step.phase}: the run ended before the phase", flush=True)
                 break  # the delivery is in; the phase waits for the next one
-            pending.pop(0)
+            now.pop(0)
             done.append(step)
             print(f"  {step.signal} in {step.phase} at {step.at_s} s, after "
                   f"{step.after or '(no event yet)'}: {step.outcome}", flush=True)
+        pending = now + later
         if args.faults:  # the store repaired: the run must settle what was left
             write_env(work, chaos, {"rate": "0"})
         run_through(work, chaos)
         restarts += 1
+        d += 1
     missed = pending + plan
     for step in missed:
         step.outcome = "missed"
@@ -559,7 +648,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       shuffle_partitions=2),
                           "chaos-compare", {"spark.ui.enabled": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-    names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()}
     mismatched, lost, duplicated = compare(spark, clean.root, chaos.root, names)
     summaries = summary_mismatches(spark, clean, chaos)
     history, statuses = history_mismatches(spark, chaos.root)
@@ -581,7 +669,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "duplicated": duplicated,
         "mismatched_tables": mismatched, "summary_mismatches": summaries,
         "history_mismatches": history, "history_rows": statuses,
-        "phases_hit": sorted({s.phase for s in done}, key=ORDER.get),
+        "phases_hit": sorted({s.phase for s in done}, key=lambda name: ORDER[name]),
         "missed": [s.phase for s in missed], "interruptions": [s.brief() for s in done],
         "seconds": round(time.perf_counter() - began, 1),
         "ratio": (len(kills) if ok else 0) / len(kills) if kills else 0.0}
