@@ -125,6 +125,41 @@ def _write_mark(folder: str, name: str, batch_id: int, storage: Storage | None) 
             store.delete(f.path)
 
 
+def clear_unplanned_debris(checkpoint: str, storage: Storage | None = None) -> list[str]:
+    """Remove what a driver killed before its query planned a first batch left in the logs
+    Spark checks at a first start, and return the removed files' paths.
+
+    Spark writes each log file under a hidden temporary name and renames it into place
+    (``CheckpointFileManager.createAtomic``: ``.<name>.<uuid>.tmp``, beside it Hadoop's checksum
+    ``..<name>.<uuid>.tmp.crc`` on a local file system); a kill between the two leaves the
+    temporary file. Spark's own readers skip it, but a query whose offset log holds no batch
+    requires ``offsets/``, ``commits/`` and ``state/`` to be empty
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), so a kill during the first offset write
+    would fail every later start. Call this only when the offset log holds no batch: a folder
+    holding nothing but such temporary files is emptied; a folder holding anything else is
+    left for Spark's check to report.
+    """
+    root = checkpoint.rstrip("/")
+    store = storage or storage_for(root)
+    removed: list[str] = []
+    for log in ("offsets", "commits", "state"):
+        folder = f"{root}/{log}"
+        if not store.exists(folder):
+            continue
+        files = list(store.list_files(folder))
+        if files and all(_is_temporary(f.path.rsplit("/", 1)[-1]) for f in files):
+            for f in files:
+                store.delete(f.path)
+                removed.append(f.path)
+    return removed
+
+
+def _is_temporary(name: str) -> bool:
+    """A file Spark's atomic writer had not yet renamed into place (see
+    :func:`clear_unplanned_debris`)."""
+    return name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
+
+
 def _mark(name: str) -> tuple[int, bool] | None:
     """A mark's batch and whether it settled failed files only; None for another file."""
     batch = name.removesuffix(FAILED_ONLY)

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from framework.checkpoint import (
+    clear_unplanned_debris,
     committed_batches,
     last_committed_batch,
     last_planned_batch,
@@ -358,8 +359,14 @@ class StreamingJob(Job):
         super().prepare()
         checkpoint = self.table.checkpoint
         committed = committed_batches(checkpoint, self.files)  # one listing for both uses
-        self.commits.replayable = range(max(committed, default=-1) + 1,
-                                        last_planned_batch(checkpoint, self.files) + 1)
+        planned = last_planned_batch(checkpoint, self.files)
+        self.commits.replayable = range(max(committed, default=-1) + 1, planned + 1)
+        if planned < 0 and not committed:
+            removed = clear_unplanned_debris(checkpoint, self.files)
+            if removed:
+                self.log.warning("checkpoint.debris_removed", files=removed,
+                                 reason="left by a driver stopped while it planned the "
+                                        "query's first batch")
         try:
             query = query_id(checkpoint, self.files) if committed else None
         except Exception as exc:

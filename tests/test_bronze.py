@@ -399,6 +399,50 @@ def test_a_file_logged_by_a_stopped_query_is_ingested_with_the_next_batch(
     assert files_under(landing) == []
 
 
+def test_a_start_after_a_kill_during_the_first_offset_write_ingests_every_file(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    ids = write_order_files(lakehouse.path("landing", "orders"), files=2, per_file=3)
+    table = lakehouse.project().table("orders")
+    # What a driver killed while Spark wrote the first offset file leaves: the file under
+    # Spark's hidden temporary name (and its checksum), never renamed to offsets/0. Spark then
+    # refuses every start of the query (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY).
+    offsets = Path(table.checkpoint) / "offsets"
+    offsets.mkdir(parents=True)
+    temporary = offsets / ".0.c08b5493-a9cd-4eff-9759-a42d4082fc7c.tmp"
+    temporary.write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n'
+                         '{"logOffset":0}')
+    checksum = offsets / "..0.c08b5493-a9cd-4eff-9759-a42d4082fc7c.tmp.crc"
+    checksum.write_bytes(b"crc\x00\x00\x02\x00")
+
+    summary = run_bronze(spark, lakehouse)
+    assert summary.counts["records_read"] == 6
+    got = spark.read.format("delta").load(table.location).select("order_id")
+    expected = spark.createDataFrame([(i,) for i in ids], "order_id STRING")
+    assert_df_equality(got, expected, ignore_row_order=True)
+    assert not temporary.exists() and not checksum.exists()
+    assert last_committed_batch(table.checkpoint) == 0
+
+
+def test_a_checkpoint_holding_files_of_another_kind_is_refused_by_spark_not_cleared(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    write_order_files(lakehouse.path("landing", "orders"), files=1, per_file=3)
+    table = lakehouse.project().table("orders")
+    commits = Path(table.checkpoint) / "commits"
+    commits.mkdir(parents=True)
+    stray = commits / "notes.txt"  # not Spark's: only its owner can say what it is
+    stray.write_text("kept")
+
+    summary = BronzeJob(spark, table, RunContext()).run()
+    assert summary.status is RunStatus.FAILED
+    assert "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" in (summary.error or "")
+    assert stray.read_text() == "kept"
+    assert spark.read.format("delta").load(table.location).count() == 0
+
+
 @pytest.mark.parametrize("change_feed", [True, False], ids=["own_commits", "whole_tables"])
 def test_a_batch_committed_to_bronze_just_before_a_crash_is_replayed_once(
     spark: SparkSession, lakehouse: Lakehouse, change_feed: bool
