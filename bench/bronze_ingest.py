@@ -243,7 +243,7 @@ def main() -> None:
         print(f"round {r}: " + ", ".join(f"{n} {seconds[n][-1]:.1f}s" for n in order)
               + "".join(f" ({side}: {', '.join(f'{k} {v:.1f}' for k, v in steps[t][-1].items())})"
                         for side, t in (("framework", "orders"),
-                                        ("no rescue", "orders_no_rescue"))),
+                                        ("no rescue", "orders_no_rescue")) if steps[t]),
               flush=True)
     median = {name: statistics.median(s) for name, s in seconds.items()}
     rate = {name: args.records / s for name, s in median.items()}
