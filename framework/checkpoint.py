@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from framework.storage import Storage, storage_for
+from framework.storage import Storage, clear_debris, storage_for
 
 # The folders of the job's own marks, next to Spark's logs: the batch up to which the files are
 # settled (bronze's reconcile), and up to which the run history has a row per batch.
@@ -143,20 +143,14 @@ def clear_unplanned_debris(checkpoint: str, storage: Storage | None = None) -> l
     store = storage or storage_for(root)
     removed: list[str] = []
     for log in ("offsets", "commits", "state"):
-        folder = f"{root}/{log}"
-        if not store.exists(folder):
-            continue
-        files = list(store.list_files(folder))
-        if files and all(_is_temporary(f.path.rsplit("/", 1)[-1]) for f in files):
-            for f in files:
-                store.delete(f.path)
-                removed.append(f.path)
+        removed += clear_debris(store, f"{root}/{log}", _is_temporary) or []
     return removed
 
 
-def _is_temporary(name: str) -> bool:
+def _is_temporary(path: str) -> bool:
     """A file Spark's atomic writer had not yet renamed into place (see
     :func:`clear_unplanned_debris`)."""
+    name = path.rsplit("/", 1)[-1]
     return name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
 
 

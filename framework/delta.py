@@ -108,7 +108,7 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     table"), so every later run would fail. Anything else is left for Delta to judge. True
     when something was removed."""
     from framework.errors import StorageError
-    from framework.storage import storage_for
+    from framework.storage import clear_debris, storage_for
 
     try:  # the session's file system; on Spark Connect, the local disk's
         storage = storage_for(location, None, spark)
@@ -117,11 +117,9 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     log = f"{location.rstrip('/')}/_delta_log"
     if not storage.exists(log):
         return False
-    files = [f.path for f in storage.list_files(location)]
-    if not all(_temporary_log_file(f) for f in files):
+    files = clear_debris(storage, location, _temporary_log_file)
+    if files is None:
         return False
-    for f in files:
-        storage.delete(f)
     storage.delete(log)
     get_logger().warning("delta.create.unfinished_cleared", location=location,
                          removed=[f.rsplit("/", 1)[-1] for f in files])

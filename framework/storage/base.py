@@ -3,7 +3,7 @@ that need no store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Protocol
 from urllib.parse import unquote, urlparse
@@ -145,3 +145,16 @@ def archive_target(archive_dir: str, source_file: str) -> str:
 def scheme_of(path: str) -> str:
     """``hdfs`` for ``hdfs://nn/x``, ``file`` for ``file:/x``, ``""`` for a plain path."""
     return urlparse(path).scheme if "://" in path or path.startswith("file:") else ""
+
+
+def clear_debris(store: Storage, folder: str, is_debris: Callable[[str], bool]) -> list[str] | None:
+    """Delete every file under ``folder`` if each is debris a writer killed mid-write leaves
+    (``is_debris`` of its path: the hidden temporary file of an atomic write, say), and return
+    their paths; None, deleting nothing, when any file is something else. A missing or empty
+    folder gives ``[]``."""
+    files = [f.path for f in store.list_files(folder)]
+    if not all(is_debris(f) for f in files):
+        return None
+    for f in files:
+        store.delete(f)
+    return files
