@@ -188,6 +188,7 @@ def ledger_path(source_file: str) -> str:
     return from_uri(source_file) if OLD_URI.match(source_file) else source_file
 
 
+CAUSED_BY = "Caused by: "
 OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
 
 
@@ -205,6 +206,15 @@ def _python_chain(error: BaseException) -> list[Any]:
 
 def _describe(throwable: Any) -> str:
     if isinstance(throwable, BaseException):
+        # A Spark Connect error carries the server's stack, its causes as "Caused by:" lines:
+        # the root cause is the last, as the JVM chain's last throwable is on a classic session
+        trace = throwable.getStackTrace() if hasattr(throwable, "getStackTrace") else None
+        causes = [line.removeprefix(CAUSED_BY) for line in str(trace or "").splitlines()
+                  if line.startswith(CAUSED_BY)]
+        if causes:
+            kind, _, text = causes[-1].partition(": ")
+            kind = kind.rsplit(".", 1)[-1]
+            return f"{kind}: {text.strip().splitlines()[0]}" if text.strip() else kind
         message = str(getattr(throwable, "_message", None) or throwable).strip().splitlines()
         return f"{type(throwable).__name__}: {message[0]}" if message else \
             type(throwable).__name__

@@ -74,6 +74,9 @@ class BronzeJob(StreamingJob):
     """Ingests one feed's landing files into its bronze Delta table."""
 
     layer: ClassVar[Layer] = Layer.BRONZE
+    outcome_fields: ClassVar[tuple[str, ...]] = (
+        *StreamingJob.outcome_fields, "batches", "_ledger_rows", "settled", "schema_changes",
+        "deliveries.skipped")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

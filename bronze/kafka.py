@@ -115,6 +115,8 @@ class StreamBronzeJob(StreamingJob):
 
     layer: ClassVar[Layer] = Layer.BRONZE
 
+    outcome_fields: ClassVar[tuple[str, ...]] = (*StreamingJob.outcome_fields, "batches")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.spec = cast(StreamTableSpec, self.table.spec)

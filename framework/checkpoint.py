@@ -134,10 +134,10 @@ def clear_unplanned_debris(checkpoint: str, storage: Storage | None = None) -> l
     ``..<name>.<uuid>.tmp.crc`` on a local file system); a kill between the two leaves the
     temporary file. Spark's own readers skip it, but a query whose offset log holds no batch
     requires ``offsets/``, ``commits/`` and ``state/`` to be empty
-    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), so a kill during the first offset write
-    would fail every later start. Call this only when the offset log holds no batch: a folder
-    holding nothing but such temporary files is emptied; a folder holding anything else is
-    left for Spark's check to report.
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``; Spark 4.0 does not check), so a kill during
+    the first offset write would fail every later start. Call this only when the offset log
+    holds no batch: a folder holding nothing but such temporary files is emptied; a folder
+    holding anything else is left for Spark's check to report.
     """
     root = checkpoint.rstrip("/")
     store = storage or storage_for(root)

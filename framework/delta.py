@@ -10,9 +10,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
-from framework.identifiers import quote_all, quote_name, quote_path
+from framework.identifiers import quote, quote_all, quote_name, quote_path
 from framework.logging import get_logger
 
 # Table property: record the change data feed. For an append-only table this costs nothing on
@@ -53,6 +53,33 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def schema_ddl(schema: StructType) -> str:
+    """The columns of ``schema`` as the column list of a ``CREATE TABLE``: every name quoted,
+    nullability and comments kept. Made here, not by ``StructType.toDDL()``, which asks the
+    thread's active session (none on a thread of a Spark Connect client)."""
+    return ", ".join(_field_ddl(f, " ") for f in schema.fields)
+
+
+def _field_ddl(field: StructField, sep: str) -> str:
+    text = f"{quote(field.name)}{sep}{_type_ddl(field.dataType)}"
+    if not field.nullable:
+        text += " NOT NULL"
+    comment = field.metadata.get("comment")
+    if comment:
+        text += f" COMMENT {sql_string(str(comment))}"
+    return text
+
+
+def _type_ddl(kind: DataType) -> str:
+    if isinstance(kind, StructType):
+        return "STRUCT<" + ", ".join(_field_ddl(f, ": ") for f in kind.fields) + ">"
+    if isinstance(kind, ArrayType):
+        return f"ARRAY<{_type_ddl(kind.elementType)}>"
+    if isinstance(kind, MapType):
+        return f"MAP<{_type_ddl(kind.keyType)}, {_type_ddl(kind.valueType)}>"
+    return kind.simpleString()
+
+
 def create_table(
     spark: SparkSession,
     name: str,
@@ -74,7 +101,7 @@ def create_table(
     if spark.catalog.tableExists(name):
         return False
     clear_unfinished_create(spark, location)
-    parts = [f"CREATE TABLE IF NOT EXISTS {quote_name(name)} ({schema.toDDL()}) USING DELTA"]
+    parts = [f"CREATE TABLE IF NOT EXISTS {quote_name(name)} ({schema_ddl(schema)}) USING DELTA"]
     if partition_by:
         parts.append(f"PARTITIONED BY ({quote_all(partition_by)})")
     if cluster_by:  # liquid clustering: OPTIMIZE lays the data out by these columns

@@ -51,10 +51,21 @@ from framework.identifiers import quote_name
 from framework.jvm import is_connect
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
+from framework.microbatch import (
+    BatchFunction,
+    forget_session,
+    read_outcome,
+    record_session,
+    stop_orphaned_query,
+    write_outcome,
+)
 from framework.storage import storage_for
 from framework.text import render_table
 
 T = TypeVar("T")
+
+START_ATTEMPTS = 3
+WORKER_NOT_BACK = "Python worker failed to connect back"
 
 
 class RunStatus(StrEnum):
@@ -243,7 +254,7 @@ class Job(ABC):
             if interrupted:
                 self.log.warning("job.stop.forced", signal=str(exc) or "SIGINT")
             why = "interrupted by a second signal" if interrupted \
-                else f"{type(exc).__name__}: {first_line(exc)}"
+                else _session_lost(exc) or f"{type(exc).__name__}: {first_line(exc)}"
             summary.status, summary.error = RunStatus.FAILED, why
             self.log.error("job.failed", step="run", error=why)
         finally:
@@ -332,6 +343,11 @@ class Job(ABC):
 class StreamingJob(Job):
     """Base of the layers' streaming jobs; subclasses implement ``read`` and ``write``."""
 
+    # What a micro-batch changes on the job that the client needs (dotted attribute names):
+    # over Spark Connect the batches run on a copy of the job on the server, and these come
+    # back through the checkpoint (framework.microbatch). A layer adds its batch figures.
+    outcome_fields: ClassVar[tuple[str, ...]] = ("batch_error",)
+
     def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
         super().__init__(spark, table, ctx)
         self.query_name = f"{self.layer.value}.{table.name}"
@@ -348,7 +364,8 @@ class StreamingJob(Job):
         self.query: StreamingQuery | None = None
         # The executed micro-batches' progress, once the query has ended (see ``report``).
         self.progress: list[BatchProgress] = []
-        self._query_started = threading.Event()  # see foreach_batch
+        # Over Spark Connect: the token of this run's batch outcomes (framework.microbatch).
+        self._outcome_token: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"trigger": self.recorder.trigger}
@@ -356,6 +373,8 @@ class StreamingJob(Job):
     def prepare(self) -> None:
         """Create the layer's schema and find the batches a restart may replay; append the
         run history's rows of committed batches that have none (a stopped driver's)."""
+        if is_connect(self.spark):
+            self._stop_orphaned_query()
         super().prepare()
         checkpoint = self.table.checkpoint
         committed = committed_batches(checkpoint, self.files)  # one listing for both uses
@@ -385,8 +404,31 @@ class StreamingJob(Job):
 
     def release(self) -> None:
         self._stop_quietly(self.query)
+        if self.query is not None and is_connect(self.spark):
+            try:
+                if not self.query.isActive:
+                    forget_session(self.files, self.table.checkpoint)
+            except Exception as exc:
+                self.log.warning("job.stop.failed", error=first_line(exc))
+
+    def _stop_orphaned_query(self) -> None:
+        """Over Spark Connect: stop this table's query that a client gone before its end left
+        running on the server (:func:`~framework.microbatch.stop_orphaned_query`)."""
+        from framework.session import remote_url
+
+        try:
+            stopped = stop_orphaned_query(self.files, self.table.checkpoint, self.spark,
+                                          remote_url(self.table.env), self.query_name)
+        except Exception as exc:  # the session is gone with its server: nothing runs
+            self.log.info("connect.orphan.none", error=first_line(exc))
+            return
+        if stopped:
+            self.log.warning("connect.orphan.stopped", query_id=stopped,
+                             reason="left running on the server by a client that went away; "
+                                    "its batch in flight runs again from the checkpoint")
 
     def report(self, summary: TableRunSummary) -> None:
+        self._absorb_outcome()
         self.progress = self._collect(self.query)
         for p in self.progress:  # a report the listener's hook did not see
             self._on_progress(p, hooks=False)
@@ -457,33 +499,68 @@ class StreamingJob(Job):
 
     def foreach_batch(self, df: DataFrame, process: Callable[[DataFrame, int], None],
                       output_mode: str = "append") -> DataStreamWriter:
-        """A ``foreachBatch`` writer whose batches run once the query's start has returned:
-        its id (the writer id of :attr:`commits`) is known when a batch tags its commits."""
-        if is_connect(self.spark):
-            # The function would be pickled and run on the server, where this job's state
-            # (its locks, the batch figures, the run history's recorder) never arrives.
-            raise JobError(self.table.full_name, "write",
-                           "expected a classic Spark session for a micro-batch written by the "
-                           "framework's own steps (foreachBatch), found a Spark Connect "
-                           "session: not supported yet on runtime connect (run the table with "
-                           "runtime local or submit)")
+        """A ``foreachBatch`` writer of ``process``, a method of this job, run by
+        :meth:`run_batch`: in this process on a classic session, on the server over Spark
+        Connect (:class:`~framework.microbatch.BatchFunction`)."""
+        if getattr(process, "__self__", None) is not self:
+            raise TypeError(f"expected a method of the job, found {process!r}")
+        function = BatchFunction(self, process.__name__, remote=is_connect(self.spark))
+        self._outcome_token = function.token
+        return df.writeStream.outputMode(output_mode).foreachBatch(function)
 
-        def run(batch: DataFrame, batch_id: int) -> None:
-            self._query_started.wait()
-            process(batch, batch_id)
+    def run_batch(self, method: str, batch: DataFrame, batch_id: int,
+                  token: str | None = None) -> None:
+        """Write one micro-batch with the job's ``method``; with a ``token`` (the job runs on a
+        Spark Connect server), then write what the batch did for the client, whatever
+        happened (:attr:`outcome_fields`)."""
+        if self.commits.writer_id is None:  # written by Spark before the first batch
+            self.commits.writer_id = query_id(self.table.checkpoint, self.files)
+        try:
+            getattr(self, method)(batch, batch_id)
+        finally:
+            if token is not None:
+                write_outcome(self.files, self.table.checkpoint, batch_id, token,
+                              {name: _attribute(self, name) for name in self.outcome_fields})
 
-        return df.writeStream.outputMode(output_mode).foreachBatch(run)
+    def _absorb_outcome(self) -> None:
+        """Over Spark Connect: take what the run's batches did on the server (the newest
+        outcome they wrote); nothing on a classic session, where they ran on this job."""
+        if self._outcome_token is None:
+            return
+        try:
+            fields = read_outcome(self.files, self.table.checkpoint, self._outcome_token)
+        except Exception as exc:
+            self.log.warning("job.outcome.unread", error=first_line(exc))
+            return
+        for name, value in (fields or {}).items():
+            _set_attribute(self, name, value)
 
     # ------------------------------------------------------------------ machinery
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
         self.listener.register(self.query_name, self.log, self.batch_rows, self._on_progress)
-        query = self._step("start", writer.queryName(self.query_name).start)
-        self.commits.writer_id = self.recorder.query_id = str(query.id)
+        query = self._step("start", self._start_query, writer.queryName(self.query_name))
+        self.recorder.query_id = str(query.id)
+        if is_connect(self.spark):
+            record_session(self.files, self.table.checkpoint, self.spark, str(query.id))
         self.on_started(query)
-        self._query_started.set()
         return query
+
+    def _start_query(self, writer: DataStreamWriter) -> StreamingQuery:
+        """Start the query. A Spark Connect server starts a Python process for a foreachBatch
+        query and gives it a fixed 10 s to connect back; on a loaded machine it may not, and
+        the start fails before any batch: it is tried again, twice."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return writer.start()
+            except Exception as exc:
+                if attempt == START_ATTEMPTS or WORKER_NOT_BACK not in str(exc):
+                    raise
+                self.log.warning("stream.start.retried", attempt=attempt,
+                                 reason="the server's Python worker for the query's batches "
+                                        "did not connect back in time")
+        raise AssertionError("unreachable")
 
     def batch_rows(self, progress: BatchProgress) -> int:
         """A batch's input rows, for progress lines: Spark's figure unless the job reads its
@@ -517,6 +594,7 @@ class StreamingJob(Job):
 
     def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
         """A batch's progress: its run history row, then :meth:`on_batch`."""
+        self._absorb_outcome()
         try:
             self.recorder.add(progress, self.batch_figures, self.batch_seconds,
                               self.batch_schema_change)
@@ -550,6 +628,7 @@ class StreamingJob(Job):
                     return RunStatus.SUCCEEDED
                 self.recorder.flush()
             except StreamingQueryException as exc:
+                self._absorb_outcome()
                 reason = self.batch_error or first_line(exc)
                 raise QueryFailedError(self.table.full_name, "stream", reason) from exc
 
@@ -593,6 +672,33 @@ class StreamingJob(Job):
             if "addBatch" in p.duration_ms or p.input_rows:
                 by_batch.setdefault(p.batch_id, p)
         return [by_batch[b] for b in sorted(by_batch)]
+
+
+# How a Spark Connect client learns that its session is gone on the server (restarted, say)
+SESSION_GONE = ("NO_ACTIVE_SESSION", "SESSION_CHANGED", "SESSION_NOT_FOUND", "SESSION_CLOSED")
+
+
+def _session_lost(error: BaseException) -> str | None:
+    """The reason of a failure that is a Spark Connect session gone, in words; None for any
+    other."""
+    text = str(error)
+    found = next((code for code in SESSION_GONE if code in text), None)
+    if found is None:
+        return None
+    return (f"expected the Spark Connect session to last the run, found it gone ({found}: the "
+            "server restarted or ended it); what the batch in flight wrote is kept or undone "
+            "by the checkpoint: run again to go on from there")
+
+
+def _attribute(obj: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _set_attribute(obj: Any, dotted: str, value: Any) -> None:
+    *path, name = dotted.split(".")
+    setattr(_attribute(obj, ".".join(path)) if path else obj, name, value)
 
 
 def _last_batch(query: StreamingQuery) -> int:

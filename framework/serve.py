@@ -107,12 +107,14 @@ def driver_class_path() -> dict[str, str]:
 def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:
     """Serve the environment's catalog until SIGTERM or SIGINT."""
     from framework.commands import take_lake
-    from framework.session import get_spark, resolved_runtime
+    from framework.session import get_spark, on_spark_connect, resolved_runtime
 
-    if resolved_runtime(project.env) is Runtime.CONNECT:
+    if on_spark_connect(project.env):
+        where = ("runtime connect" if resolved_runtime(project.env) is Runtime.CONNECT
+                 else "Databricks over Spark Connect (serverless or standard access mode)")
         raise UsageError(
             f"expected a classic Spark session for medallion serve, found environment "
-            f"{project.env.name!r} on runtime connect: the Thrift server runs in a driver's "
+            f"{project.env.name!r} on {where}: the Thrift server runs in a driver's "
             "JVM, which a Spark Connect client does not have (serve the lake with runtime "
             "local or submit; on Databricks, query it through a SQL warehouse)")
 

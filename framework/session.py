@@ -6,7 +6,8 @@
   metastore under the lakehouse root, so tables persist by name across runs.
 * **databricks**: the cluster's active session, as it is: no master, no packages, never stopped
   (a classic session, or a Spark Connect one on serverless compute and in standard access
-  mode; :mod:`framework.jvm` says what differs).
+  mode, which :meth:`Runtime.databricks_connect` detects from the environment before the
+  session exists; :mod:`framework.jvm` says what differs).
 * **connect**: a session of the Spark Connect server ``remote`` names (``sc://host:port``, or
   ``$SPARK_REMOTE``); the server owns Delta's extension, the catalog and the jars, the client
   sets session settings only (UTC, shuffle partitions, the environment's ``spark_conf``).
@@ -43,13 +44,26 @@ SCALA_VERSION = "2.13"
 
 
 def delta_package() -> str:
-    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark."""
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark,
+    named as delta-spark's own pip helper names it: from Delta 4.1 on, a jar per Spark minor
+    version (``delta-spark_4.2_2.13``); before, one per Delta release (``delta-spark_2.13``)."""
     from importlib.metadata import version
 
     import pyspark
 
+    delta = version("delta-spark")
+    if _major_minor(delta) < (4, 1):
+        return f"io.delta:delta-spark_{SCALA_VERSION}:{delta}"
     spark_mm = ".".join(pyspark.__version__.split(".")[:2])
-    return f"io.delta:delta-spark_{spark_mm}_{SCALA_VERSION}:{version('delta-spark')}"
+    return f"io.delta:delta-spark_{spark_mm}_{SCALA_VERSION}:{delta}"
+
+
+def _major_minor(release: str) -> tuple[int, int]:
+    """(4, 1) for "4.1.0", "4.1.0rc1" or "4.1"."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    if match is None:
+        raise SessionError(f"expected a version such as 4.1.0, found {release!r}")
+    return int(match.group(1)), int(match.group(2))
 
 
 def kafka_package() -> str:
@@ -77,6 +91,15 @@ REMOTE_VARIABLE = "SPARK_REMOTE"
 def resolved_runtime(env: Environment) -> Runtime:
     """The environment's runtime, ``auto`` resolved by :func:`detect_runtime`."""
     return env.runtime if env.runtime is not Runtime.AUTO else detect_runtime()
+
+
+def on_spark_connect(env: Environment) -> bool:
+    """Whether ``env``'s session will be a Spark Connect one, known before it exists: runtime
+    connect, or Databricks running Python over Spark Connect (serverless compute, standard
+    access mode: :meth:`Runtime.databricks_connect`)."""
+    runtime = resolved_runtime(env)
+    return runtime is Runtime.CONNECT or (
+        runtime is Runtime.DATABRICKS and Runtime.databricks_connect())
 
 
 def remote_url(env: Environment) -> str:
@@ -338,6 +361,9 @@ def _remember_jars(spark: SparkSession) -> None:
 
 
 def _databricks(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
+    # The session Databricks made for this process, classic or Spark Connect alike: pyspark
+    # hands out a Connect one where the process is a Connect client (is_remote), and every
+    # later step asks the session which it is (framework.jvm.is_connect).
     spark = SparkSession.getActiveSession()
     if spark is None:
         spark = SparkSession.builder.getOrCreate()

@@ -47,12 +47,12 @@ EXAMPLES = {
 def parser_session(env: Environment | None = None) -> SparkSession:
     """The active session, or a bare local one: parsing needs neither the environment's cluster
     nor its catalog, so any environment's specs can be checked from any machine. An
-    environment on Spark Connect parses on its server (its client may have no Java)."""
+    environment on Spark Connect (Databricks serverless included) parses on its server (its
+    client may have no Java)."""
     if env is not None:
-        from framework.config.model import Runtime
-        from framework.session import get_spark, resolved_runtime
+        from framework.session import get_spark, on_spark_connect
 
-        if resolved_runtime(env) is Runtime.CONNECT:
+        if on_spark_connect(env):
             return get_spark(env, "medallion-validate")
     return SparkSession.getActiveSession() or (
         SparkSession.builder.master("local[1]").appName("medallion-validate")

@@ -115,6 +115,8 @@ class AggregateJob(StreamingJob):
     """A windowed aggregate of a silver table, written to a gold Delta table."""
 
     layer: ClassVar[Layer] = Layer.GOLD
+    outcome_fields: ClassVar[tuple[str, ...]] = (
+        *StreamingJob.outcome_fields, "merged", "merged_by_batch")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,7 +137,8 @@ class AggregateJob(StreamingJob):
         self._create_table(df.schema)
         if self.spec.output_mode is OutputMode.APPEND:
             return self.delta_sink(df, self.spec.partition_by)
-        return self.foreach_batch(df, self._merge_batch, output_mode=OutputMode.UPDATE)
+        # the value: pyspark 4.0's outputMode refuses a str subclass (an enum member)
+        return self.foreach_batch(df, self._merge_batch, output_mode=OutputMode.UPDATE.value)
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Warn about a batch whose event time spans more than the watermark's delay (from

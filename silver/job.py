@@ -47,7 +47,7 @@ from pyspark.sql.types import (
 )
 
 from framework.config.model import Layer, Table
-from framework.delta import add_missing_columns, create_table, merge, sql_string
+from framework.delta import add_missing_columns, create_table, merge, schema_ddl, sql_string
 from framework.errors import ConfigError, JobError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
@@ -169,6 +169,8 @@ class SilverJob(StreamingJob):
     """Refines one upstream table into a silver table."""
 
     layer: ClassVar[Layer] = Layer.SILVER
+    outcome_fields: ClassVar[tuple[str, ...]] = (
+        *StreamingJob.outcome_fields, "batch_counts", "totals", "rule_totals")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -249,7 +251,7 @@ class SilverJob(StreamingJob):
         if self.spark.catalog.tableExists(self.table.full_name):
             return
         parts = [
-            f"CREATE TABLE IF NOT EXISTS {quote_name(self.table.full_name)} ({schema.toDDL()}, "
+            f"CREATE TABLE IF NOT EXISTS {quote_name(self.table.full_name)} ({schema_ddl(schema)}, "
             f"{quote(BATCH_ID)} BIGINT) USING parquet PARTITIONED BY ({quote(BATCH_ID)})",
             f"CLUSTERED BY ({quote_all(self.spec.bucket_by)})",
         ]

@@ -8,19 +8,33 @@ not see."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chispa import assert_df_equality
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from framework.cli import main as medallion
 from framework.config.model import Environment, Layer, Runtime
-from framework.connect_server import ConnectServer, start
+from framework.connect_server import ConnectServer, running, start
 from framework.pruning import explain_pruning
-from tests.support import Lakehouse, bronze_spec, medallion_cmd
+from tests.support import (
+    REPO,
+    CliRun,
+    Lakehouse,
+    archived_files,
+    bronze_spec,
+    medallion_cmd,
+    write_order_files,
+)
 from tests.test_gold import STORES, with_sales_mart
 
 pytestmark = pytest.mark.xdist_group("connect")
@@ -84,6 +98,32 @@ def test_serve_is_refused_on_connect_before_anything_starts(
     err = capsys.readouterr().err
     assert "expected a classic Spark session for medallion serve" in err
     assert not lakehouse.path("_lease").exists()  # refused before the lake was taken
+
+
+def test_a_job_travels_to_the_server_without_what_only_the_client_holds(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """The job a Connect server runs a micro-batch with: pickled without its session, locks,
+    logger, listener and recorder, each put back (or left out) where it is unpickled."""
+    from framework.job import RunContext
+    from framework.microbatch import dumps_job, loads_job
+    from silver.job import SilverJob
+
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", {"source": "orders"})
+    job = SilverJob(spark, lakehouse.project().table("orders", Layer.SILVER), RunContext())
+    job.totals.update(records=3)
+
+    copy = loads_job(dumps_job(job), spark)
+    assert copy is not job and copy.spark is spark and copy.commits.spark is spark
+    assert copy.listener is None and copy.recorder is None  # the client's own
+    assert copy.ctx.stop.is_set() is False  # a fresh event
+    assert copy.totals == {"records": 3} and copy.table == job.table
+    assert copy.log._context == job.log._context  # the same bound context, a logger of its own
+    from pyspark import cloudpickle
+
+    with pytest.raises(TypeError, match=r"cannot pickle '_thread\.lock' object"):
+        cloudpickle.dumps(job.ctx)  # what pyspark's own pickling of the job meets first
 
 
 # ---------------------------------------------------------------------- a real server
@@ -181,31 +221,35 @@ def test_pruning_evidence_over_connect_is_the_classic_evidence(
         figures(classic.to_dict()["scans"], stores.full_name)
 
 
-def test_a_streaming_job_over_connect_says_what_is_not_supported_yet(
+def test_a_bronze_run_over_connect_ingests_archives_and_reports(
     server: ConnectServer, lakehouse: Lakehouse
 ) -> None:
     on_connect(lakehouse, server)
     lakehouse.add_table("bronze", "orders", bronze_spec())
     base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
     assert cli(lakehouse, "init", *base).returncode == 0
+    landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=3, per_file=4)
+    (landing / "bad.json").write_text('{"order_id": 99, "customer_id": \n', encoding="utf-8")
 
-    done = cli(lakehouse, "run", "bronze", *base)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "found a Spark Connect session: not supported yet on runtime connect" in \
-        done.stdout + done.stderr
-    # what ran before the write, ran over Connect: the tables exist on the server's catalog
+    done = cli(lakehouse, "run", "bronze", *base, "--summary", str(lakehouse.base / "s.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((lakehouse.base / "s.json").read_text())
+    (orders,) = summary["tables"]
+    assert orders["status"] == "succeeded", orders
+    assert orders["rows_out"] == 12
+    assert orders["counts"]["quarantined_rows"] == 1
+    assert orders["counts"]["files"] == 4
+
     tables = cli(lakehouse, "sql", *base, "--json",
-                 f"SHOW TABLES IN {lakehouse.schemas['bronze']}")
-    names = {json.loads(line)["tableName"] for line in tables.stdout.splitlines()}
-    assert {"orders", "orders_quarantine", "orders_files"} <= names
-
+                 f"SELECT count(*) AS n FROM {lakehouse.schemas['bronze']}.orders")
+    assert [json.loads(line) for line in tables.stdout.splitlines()] == [{"n": 12}]
     # the commands that read and maintain the lake work over Connect
     status = cli(lakehouse, "status", *base)
     assert status.returncode == 0, status.stderr
-    orders = next(line for line in status.stdout.splitlines()
-                  if line.startswith(f"spark_catalog.{lakehouse.schemas['bronze']}.orders "))
-    assert [c.strip() for c in orders.split("|")[1:4]] == ["delta", "0", "0"]  # kind, rows,
-    # version
+    orders_line = next(line for line in status.stdout.splitlines()
+                       if line.startswith(f"spark_catalog.{lakehouse.schemas['bronze']}.orders "))
+    assert [c.strip() for c in orders_line.split("|")[1:3]] == ["delta", "12"]
     optimized = cli(lakehouse, "optimize", "orders", *base)
     assert optimized.returncode == 0, optimized.stderr
     assert "optimized" in optimized.stdout
@@ -236,3 +280,159 @@ def test_storage_under_connect_needs_no_jvm(server: ConnectServer, tmp_path: Pat
     first, second = done.stdout.splitlines()[:2]
     assert first == "LocalStorage"
     assert "a Spark Connect client reaches without a JVM" in second
+
+
+# ---------------------------------------------------------------------- the demo, both ways
+# Columns that say when, where or in which batch a row was read: the only ones allowed to
+# differ between two runs of one feed.
+WHEN_AND_WHERE = {"_file_modification_time", "_ingested_at", "_batch_id", "batch_id",
+                  "modification_time", "ingested_at", "updated_at", "_quarantined_at",
+                  "recorded_at"}
+
+
+def _demo(conf: Path, env: str, root: Path, orders: int, files: int) -> tuple[dict, str]:
+    summary = root.parent / f"{root.name}.json"
+    environment = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("MEDALLION_", "SPARK_"))}
+    environment.update(MEDALLION_ROOT=str(root), MEDALLION_CONF=str(conf))
+    done = subprocess.run([*medallion_cmd(), "demo", "--env", env, "--orders", str(orders),
+                           "--files", str(files), "--summary", str(summary)],
+                          capture_output=True, text=True, env=environment, timeout=1500)
+    assert done.returncode == 0, f"{env}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return json.loads(summary.read_text()), done.stdout
+
+
+def _tables(spark: SparkSession, root: Path) -> dict[str, Any]:
+    """Every Delta table the demo wrote (not the run history), with the root in its text
+    columns replaced, and without the columns of :data:`WHEN_AND_WHERE`."""
+    tables = {}
+    for log in sorted((root / "tables").rglob("_delta_log")):
+        name = str(log.parent.relative_to(root / "tables"))
+        if name.startswith("ops"):
+            continue
+        df = spark.read.format("delta").load(str(log.parent))
+        df = df.drop(*[c for c in df.columns if c in WHEN_AND_WHERE])
+        for field in df.schema.fields:
+            if field.dataType.simpleString() == "string":
+                df = df.withColumn(field.name, F.replace(F.col(field.name), F.lit(str(root)),
+                                                         F.lit("<root>")))
+        tables[name] = df
+    return tables
+
+
+def _files(root: Path, folder: str) -> list[str]:
+    """The files under ``root/folder``, the root in their names replaced; the archive's
+    manifests are named by their time, so only their number counts."""
+    names = [str(p.relative_to(root / folder)).replace(str(root).lstrip("/"), "<root>")
+             for p in (root / folder).rglob("*") if p.is_file()]
+    return sorted(re.sub(r"_manifests/\d+", "_manifests/<time>", n) for n in names)
+
+
+@pytest.mark.slow
+def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
+    server: ConnectServer, spark: SparkSession, tmp_path: Path
+) -> None:
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "environments" / "connect.yaml").write_text(
+        "runtime: connect\nroot: ${MEDALLION_ROOT}\n"
+        f"remote: {server.url}\ncatalog: spark_catalog\nshuffle_partitions: 4\n",
+        encoding="utf-8")
+    classic, _ = _demo(conf, "local", tmp_path / "classic", orders=600, files=30)
+    over_connect, out = _demo(conf, "connect", tmp_path / "connect", orders=600, files=30)
+
+    # the same figures: rows, quarantined, duplicates and late rows dropped, files archived
+    assert over_connect["feed"] == classic["feed"]
+    assert over_connect["layers"] == classic["layers"]
+    assert over_connect["layers"]["silver"]["orders"]["late_rows_dropped"] > 0
+    assert over_connect["layers"]["silver"]["orders"]["duplicates_dropped"] > 0
+    assert over_connect["layers"]["bronze"]["orders"]["quarantined"] > 0
+    assert over_connect["query"]["rows"] == classic["query"]["rows"]
+    scans = {s["table"]: (s["partitions_read"], s["partitions_total"])
+             for s in over_connect["query"]["pruning"]["scans"]}
+    assert scans["spark_catalog.gold.store_sales"] == (3, 12)
+    assert "read 3 of 12 partitions" in out
+
+    # the same rows in every table: bronze, quarantines, the file ledger, silver, gold
+    expected, actual = _tables(spark, tmp_path / "classic"), _tables(spark, tmp_path / "connect")
+    assert sorted(actual) == sorted(expected)
+    assert {"bronze/orders", "bronze/orders_quarantine", "bronze/orders_files",
+            "silver/orders", "gold/store_sales"} <= set(actual)
+    for name, df in expected.items():
+        assert_df_equality(actual[name], df, ignore_row_order=True, ignore_nullable=True,
+                           ignore_metadata=True, underline_cells=True)
+    # the same files archived and quarantined, none left in landing
+    for folder in ("archive", "_quarantine"):
+        assert _files(tmp_path / "connect", folder) == _files(tmp_path / "classic", folder)
+    assert _files(tmp_path / "connect", "landing") == _files(tmp_path / "classic", "landing")
+
+
+# ---------------------------------------------------------------------- kills
+def _count(lakehouse: Lakehouse, base: list[str], query: str) -> list[dict[str, Any]]:
+    done = cli(lakehouse, "sql", *base, "--json", query)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _assert_ingested_once(lakehouse: Lakehouse, base: list[str], ids: list[str],
+                          files: int) -> None:
+    bronze = lakehouse.schemas["bronze"]
+    assert _count(lakehouse, base, f"SELECT count(*) AS n, count(DISTINCT order_id) AS ids "
+                                   f"FROM {bronze}.orders") == [{"n": len(ids), "ids": len(ids)}]
+    assert _count(lakehouse, base, f"SELECT count(*) AS n, count(DISTINCT path) AS paths, "
+                                   f"sum(rows) AS rows FROM {bronze}.orders_files "
+                                   "WHERE status = 'archived'") == \
+        [{"n": files, "paths": files, "rows": len(ids)}]
+    assert not list(lakehouse.path("landing", "orders").glob("*.json"))
+    assert len(archived_files(lakehouse.path("archive", "orders"))) == files
+
+
+@pytest.mark.slow
+def test_a_client_killed_mid_batch_then_a_rerun_loses_and_doubles_nothing(
+    server: ConnectServer, lakehouse: Lakehouse
+) -> None:
+    on_connect(lakehouse, server)
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+    assert cli(lakehouse, "init", *base).returncode == 0
+    ids = write_order_files(lakehouse.path("landing", "orders"), files=12, per_file=20)
+
+    run = CliRun(["run", "bronze", *base], lakehouse.cli_env())
+    run.wait_for("stream.batch.progress", timeout=600, batch_id=1)  # batch 2 under way
+    os.killpg(run.proc.pid, signal.SIGKILL)
+    run.proc.wait()
+
+    # the killed client's query goes on on the server; the rerun stops it and takes over
+    again = cli(lakehouse, "run", "bronze", *base, "--log-format", "json", timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    assert '"event": "connect.orphan.stopped"' in again.stderr
+    _assert_ingested_once(lakehouse, base, ids, files=12)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_batch_then_a_rerun_loses_and_doubles_nothing(
+    lakehouse: Lakehouse, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = str(tmp_path_factory.mktemp("killed-server"))
+    first = start(root)
+    try:
+        lakehouse.write_env(runtime="connect", remote=first.url, spark_conf={})
+        lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+        base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+        assert cli(lakehouse, "init", *base).returncode == 0
+        ids = write_order_files(lakehouse.path("landing", "orders"), files=8, per_file=20)
+        run = CliRun(["run", "bronze", *base], lakehouse.cli_env())
+        run.wait_for("stream.batch.progress", timeout=600, batch_id=1)
+        first.kill()
+    finally:
+        first.stop()
+
+    # restarted where it was: the same port and root (its catalog), a new session
+    with running(root, first.port):
+        code, _ = run.finish()
+        assert code == 1  # the killed server's client fails, and says so
+        assert any("expected the Spark Connect session to last the run, found it gone" in line
+                   for line in run.lines), "".join(run.lines[-20:])
+        again = cli(lakehouse, "run", "bronze", *base, timeout=900)
+        assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+        _assert_ingested_once(lakehouse, base, ids, files=8)

@@ -1,9 +1,12 @@
 """The two ways the package runs on a cluster: the spark-submit script (run here with a local
-master instead of YARN) and the Databricks asset bundle's job definition."""
+master instead of YARN) and the Databricks asset bundle's job definitions (a job cluster, and
+serverless compute)."""
 
 from __future__ import annotations
 
 import configparser
+import fnmatch
+import importlib
 import subprocess
 import sys
 import zipfile
@@ -13,9 +16,10 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+import framework
 from framework.cli import build_parser
 from framework.config.loader import load_project
-from framework.session import delta_package, kafka_package
+from framework.session import delta_package, kafka_package, on_spark_connect
 from framework.submit import dependency_args, spark_hadoop_version, submit_args
 from tests.support import BIN, REPO, Lakehouse, bronze_spec, write_order_files
 
@@ -125,10 +129,7 @@ def test_the_bundle_runs_bronze_then_silver_then_gold_through_the_entry_point(
     assert [t.get("depends_on") for t in tasks.values()] == [
         None, [{"task_key": "bronze"}], [{"task_key": "silver"}]]
 
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
-    scripts = dict(line.split(" = ") for line in
-                   setup["options.entry_points"]["console_scripts"].strip().splitlines())
+    setup, scripts = _package()
     env = bundle["variables"]["env"]["default"]
     parser = build_parser()
     for layer, task in tasks.items():
@@ -144,3 +145,64 @@ def test_the_bundle_runs_bronze_then_silver_then_gold_through_the_entry_point(
                         for t in bundle["targets"].values())}:
         project = load_project(REPO / "conf", name)
         assert project.env.root.startswith("abfss://")
+
+
+def _package() -> tuple[configparser.ConfigParser, dict[str, str]]:
+    """The package's metadata (setup.cfg) and its console scripts, name to ``module:function``."""
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    scripts = dict(line.split(" = ") for line in
+                   setup["options.entry_points"]["console_scripts"].strip().splitlines())
+    return setup, scripts
+
+
+def test_the_serverless_job_runs_the_same_tasks_in_an_environment_holding_the_wheel(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = yaml.safe_load((REPO / "databricks.yml").read_text())
+    classic = bundle["resources"]["jobs"]["medallion"]
+    job = bundle["resources"]["jobs"]["medallion_serverless"]
+    assert job["max_concurrent_runs"] == 1  # one writer per table checkpoint
+    assert "job_clusters" not in job
+
+    # one environment, whose dependencies are the wheel the bundle's artifact builds
+    specs = {e["environment_key"]: e["spec"] for e in job["environments"]}
+    assert list(specs) == ["medallion"]
+    spec = specs["medallion"]
+    assert spec["environment_version"] == "${var.serverless_environment}"
+    assert bundle["variables"]["serverless_environment"]["default"] == "4"
+    assert spec["dependencies"] == ["./dist/*.whl"]
+    artifact = bundle["artifacts"]["medallion_wheel"]
+    assert (artifact["type"], artifact["path"]) == ("whl", ".")
+    assert artifact["build"] == "python3 -m pip wheel --no-deps --wheel-dir dist ."
+    setup, scripts = _package()
+    wheel = f"dist/{setup['metadata']['name'].replace('-', '_')}-{framework.__version__}" \
+            "-py3-none-any.whl"
+    assert fnmatch.fnmatch(wheel, spec["dependencies"][0].removeprefix("./"))
+
+    # the classic job's tasks, in the same order, each in the environment and on no cluster
+    tasks = {t["task_key"]: t for t in job["tasks"]}
+    assert list(tasks) == ["bronze", "silver", "gold"]
+    for task, same in zip(tasks.values(), classic["tasks"], strict=True):
+        assert task["environment_key"] in specs
+        assert not {"job_cluster_key", "new_cluster", "existing_cluster_id",
+                    "libraries"} & set(task)  # serverless takes libraries from the environment
+        assert task.get("depends_on") == same.get("depends_on")
+        assert task["python_wheel_task"] == same["python_wheel_task"]
+        wheel_task = task["python_wheel_task"]
+        assert wheel_task["package_name"] == setup["metadata"]["name"]
+        module, function = scripts[wheel_task["entry_point"]].split(":")
+        assert callable(getattr(importlib.import_module(module), function))
+
+    # on serverless the tasks' Python is a Spark Connect client: the environments the targets
+    # run are detected as such, and their roots are stores it reaches without a JVM
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.9")
+    for name in ("AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET"):
+        # dev reads these from the classic cluster's variables, which serverless does not set
+        # (README, "Serverless or a classic cluster"); set here, the roots are what is checked
+        monkeypatch.setenv(name, f"canary-{name.lower()}")
+    env = bundle["variables"]["env"]["default"]
+    for name in {env, *(t.get("variables", {}).get("env", env)
+                        for t in bundle["targets"].values())}:
+        project = load_project(REPO / "conf", name)
+        assert on_spark_connect(project.env), name

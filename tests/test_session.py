@@ -19,10 +19,11 @@ from framework.session import (
     delta_package,
     get_spark,
     local_cores,
+    on_spark_connect,
     set_aside_unfinished_metastore,
     submit_conf,
 )
-from tests.support import BIN, REPO, Lakehouse
+from tests.support import BIN, REPO, Lakehouse, bronze_spec
 
 
 def test_importing_the_packages_has_no_side_effects() -> None:
@@ -63,11 +64,21 @@ def test_local_cores_reads_the_master(master: str, cores: int | None) -> None:
     assert local_cores(master) == cores
 
 
-def test_delta_package_matches_the_installed_pair() -> None:
+@pytest.mark.parametrize(("spark", "delta", "package"), [
+    ("4.2.0", "4.4.0", "io.delta:delta-spark_4.2_2.13:4.4.0"),
+    ("4.0.1", "4.1.0", "io.delta:delta-spark_4.0_2.13:4.1.0"),
+    ("4.0.0", "4.0.0", "io.delta:delta-spark_2.13:4.0.0"),  # before 4.1: a jar per release
+])
+def test_delta_package_matches_the_installed_pair(
+        monkeypatch: pytest.MonkeyPatch, spark: str, delta: str, package: str) -> None:
+    import importlib.metadata
+
     import pyspark
 
-    major_minor = ".".join(pyspark.__version__.split(".")[:2])
-    assert delta_package().startswith(f"io.delta:delta-spark_{major_minor}_2.13:")
+    monkeypatch.setattr(pyspark, "__version__", spark)
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: delta if name == "delta-spark" else "0")
+    assert delta_package() == package
 
 
 def test_spark_submit_without_delta_fails_with_the_packages_to_add(lakehouse: Lakehouse) -> None:
@@ -118,6 +129,58 @@ def test_a_databricks_session_is_pinned_to_utc_unless_the_environment_says(
         assert get_spark(paris).conf.get(TIME_ZONE) == "Europe/Paris"
     finally:
         spark.conf.set(TIME_ZONE, "UTC")
+
+
+SERVERLESS = {"DATABRICKS_RUNTIME_VERSION": "client.4.9"}  # a serverless environment's client
+
+
+@pytest.mark.parametrize(("environ", "runtime", "connect"), [
+    (SERVERLESS, Runtime.DATABRICKS, True),
+    # standard access mode: a runtime's number, and pyspark's mark of a Connect process
+    ({"DATABRICKS_RUNTIME_VERSION": "17.3", "SPARK_CONNECT_MODE_ENABLED": "1"},
+     Runtime.DATABRICKS, True),
+    ({"DATABRICKS_RUNTIME_VERSION": "17.3"}, Runtime.DATABRICKS, False),  # dedicated access
+    # a Connect client elsewhere is runtime connect, not Databricks
+    ({"SPARK_REMOTE": "sc://localhost:15002", "SPARK_CONNECT_MODE_ENABLED": "1"},
+     Runtime.CONNECT, False),
+    ({"PYSPARK_GATEWAY_PORT": "41234"}, Runtime.SUBMIT, False),
+    ({}, Runtime.LOCAL, False),
+])
+def test_the_runtime_and_a_databricks_connect_session_are_detected_from_the_environment(
+    environ: dict[str, str], runtime: Runtime, connect: bool
+) -> None:
+    assert Runtime.detect(environ) is runtime
+    assert Runtime.databricks_connect(environ) is connect
+
+
+def test_on_serverless_a_root_a_connect_client_cannot_reach_is_refused(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")  # a classic cluster: any root
+    assert Environment(name="dbx", root="hdfs://nn:8020/lake").root == "hdfs://nn:8020/lake"
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", SERVERLESS["DATABRICKS_RUNTIME_VERSION"])
+    with pytest.raises(ValueError, match="expected a lakehouse root a Spark Connect client "
+                       r"reaches without a JVM .*found 'hdfs://nn:8020/lake'.*dedicated access"):
+        Environment(name="dbx", root="hdfs://nn:8020/lake")
+    for root in ("abfss://lake@acct.dfs.core.windows.net/x", "/Volumes/main/lake/files"):
+        env = Environment(name="dbx", runtime=Runtime.DATABRICKS, root=root)
+        assert on_spark_connect(env) and on_spark_connect(
+            env.model_copy(update={"runtime": Runtime.AUTO}))
+    assert not on_spark_connect(env.model_copy(update={"runtime": Runtime.LOCAL}))
+
+
+def test_serve_is_refused_on_serverless_before_anything_starts(
+    lakehouse: Lakehouse, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", SERVERLESS["DATABRICKS_RUNTIME_VERSION"])
+    lakehouse.write_env(runtime="auto")
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+
+    assert main(["serve", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name]) == 2
+    err = capsys.readouterr().err
+    assert "expected a classic Spark session for medallion serve, found environment " \
+           f"'{lakehouse.env_name}' on Databricks over Spark Connect" in err
+    assert not lakehouse.path("_lease").exists()  # refused before the lake was taken
 
 
 def _unfinished_metastore(folder: Path) -> None:

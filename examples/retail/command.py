@@ -47,9 +47,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from framework.runner import run_until_stopped, select_tables
 
     project = project_of(args)
-    if project.env.runtime not in (Runtime.LOCAL, Runtime.AUTO) or "://" in project.env.root:
-        print(f"the demo runs on a local environment, found {project.env.name!r} "
-              f"({project.env.root})", file=sys.stderr)
+    # The feed is written to the root's folders from here: a local root, run by a local
+    # session or by a Spark Connect server on this machine.
+    if project.env.runtime not in (Runtime.LOCAL, Runtime.AUTO, Runtime.CONNECT) \
+            or "://" in project.env.root:
+        print(f"the demo runs on a lakehouse root on this machine (runtime local, or connect "
+              f"to a server here), found {project.env.name!r} ({project.env.runtime.value}, "
+              f"{project.env.root})", file=sys.stderr)
         return EXIT_CONFIG
     if args.fresh:
         demo.reset(project)

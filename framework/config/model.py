@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -36,18 +36,39 @@ class Runtime(StrEnum):
     CONNECT = "connect"  # a Spark Connect server: `remote`, or $SPARK_REMOTE
 
     @classmethod
-    def detect(cls) -> Runtime:
+    def detect(cls, environ: Mapping[str, str] | None = None) -> Runtime:
         """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
-        Connect if ``$SPARK_REMOTE`` names a server; else local."""
+        Connect if ``$SPARK_REMOTE`` names a server; else local. ``environ``: the process's
+        environment unless given."""
         import os
 
-        if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+        environ = os.environ if environ is None else environ
+        if "DATABRICKS_RUNTIME_VERSION" in environ:
             return cls.DATABRICKS
-        if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit's PythonRunner
+        if "PYSPARK_GATEWAY_PORT" in environ:  # set by spark-submit's PythonRunner
             return cls.SUBMIT
-        if os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
+        if environ.get("SPARK_REMOTE", "").startswith("sc://"):
             return cls.CONNECT
         return cls.LOCAL
+
+    @staticmethod
+    def databricks_connect(environ: Mapping[str, str] | None = None) -> bool:
+        """Whether Databricks runs this process's Python as a Spark Connect client: serverless
+        compute (its ``DATABRICKS_RUNTIME_VERSION`` is the serverless environment's client
+        version, ``client.<major>.<minor>``, not a runtime's number) or a cluster in standard
+        access mode (``SPARK_CONNECT_MODE_ENABLED``, pyspark's own mark of a process whose
+        sessions are Spark Connect's, read by ``pyspark.sql.utils.is_remote``).
+
+        The session's own class decides every step that holds a session
+        (:func:`framework.jvm.is_connect`); this answers before there is one: ``validate``
+        refuses a root a Connect client cannot reach, ``serve`` is refused at once."""
+        import os
+
+        environ = os.environ if environ is None else environ
+        version = environ.get("DATABRICKS_RUNTIME_VERSION")
+        if version is None:
+            return False
+        return version.startswith("client.") or "SPARK_CONNECT_MODE_ENABLED" in environ
 
 
 class AzureAuthMethod(StrEnum):
@@ -137,7 +158,9 @@ class Environment(Model):
     @model_validator(mode="after")
     def _connect_needs_a_server_and_a_reachable_root(self) -> Environment:
         """A connect runtime names its server, and its root is a store the client reaches
-        without a JVM (:func:`framework.storage.connect_refusal`)."""
+        without a JVM (:func:`framework.storage.connect_refusal`); so is the root of a
+        Databricks runtime that runs Python over Spark Connect (serverless compute, standard
+        access mode: :meth:`Runtime.databricks_connect`)."""
         import os
 
         from pydantic_core import PydanticCustomError
@@ -145,7 +168,8 @@ class Environment(Model):
         from framework.storage.base import JVM_FREE_SCHEMES, connect_refusal, scheme_of
 
         runtime = self.runtime if self.runtime is not Runtime.AUTO else Runtime.detect()
-        if runtime is not Runtime.CONNECT:
+        on_databricks_connect = runtime is Runtime.DATABRICKS and Runtime.databricks_connect()
+        if runtime is not Runtime.CONNECT and not on_databricks_connect:
             return self
         if self.runtime is Runtime.CONNECT and self.remote is None and \
                 not os.environ.get("SPARK_REMOTE", "").startswith("sc://"):

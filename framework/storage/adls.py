@@ -179,6 +179,7 @@ class AdlsStorage:
         from azure.storage.filedatalake import DataLakeServiceClient, ExponentialRetry
 
         self.settings = settings
+        self.env = env
         self.credential = credential or credential_for(settings, env)
         # waits backoff, then backoff + 3^n seconds (the SDK's schedule); 0: retry at once
         backoff = settings.retry_backoff_seconds
@@ -189,6 +190,11 @@ class AdlsStorage:
         url = settings.endpoint or f"https://{settings.account}.{DFS_SUFFIX}"
         self.client = DataLakeServiceClient(url, credential=self.credential.value,
                                             retry_policy=retry)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its settings: a copy made elsewhere (a micro-batch on a Spark Connect
+        server) takes its credential from the environment there, never from here."""
+        return (AdlsStorage, (self.settings, self.env))
 
     def __repr__(self) -> str:
         return f"AdlsStorage(account={self.settings.account!r}, as {self.credential.identity})"

@@ -83,7 +83,8 @@ def connect_refusal(path: str) -> str:
     return (f"expected a lakehouse root a Spark Connect client reaches without a JVM (a local "
             f"folder, {stores}), found {path!r}: its scheme {scheme_of(path)!r} has a file "
             f"system only in Spark's JVM, which a Spark Connect client does not have (run it "
-            f"with runtime local or submit)")
+            f"with runtime local or submit, or on a Databricks cluster in dedicated access "
+            f"mode)")
 
 
 def local_path(path: str) -> str:
