@@ -245,8 +245,8 @@ class Job(ABC):
             self._step("prepare", self.prepare)
             summary.status = self.execute()
         except MedallionError as exc:
-            summary.status, summary.error = RunStatus.FAILED, str(exc)
-            self.log.error("job.failed", step=getattr(exc, "step", None), error=str(exc))
+            summary.status, summary.error = RunStatus.FAILED, _session_lost(exc) or str(exc)
+            self.log.error("job.failed", step=getattr(exc, "step", None), error=summary.error)
         except (Exception, KeyboardInterrupt) as exc:
             # A Py4J error (the JVM gone), a bug, or a second stop signal: the run still ends
             # with its work stopped and a summary, failed.
@@ -411,14 +411,25 @@ class StreamingJob(Job):
             except Exception as exc:
                 self.log.warning("job.stop.failed", error=first_line(exc))
 
-    def _stop_orphaned_query(self) -> None:
-        """Over Spark Connect: stop this table's query that a client gone before its end left
-        running on the server (:func:`~framework.microbatch.stop_orphaned_query`)."""
+    def _remote(self) -> str | None:
+        """The Spark Connect server the environment names (runtime connect), None where the
+        platform made the session (Databricks: its client ends with the task's session)."""
         from framework.session import remote_url
 
         try:
+            return remote_url(self.table.env)
+        except MedallionError:
+            return None
+
+    def _stop_orphaned_query(self) -> None:
+        """Over Spark Connect: stop this table's query that a client gone before its end left
+        running on the server (:func:`~framework.microbatch.stop_orphaned_query`)."""
+        remote = self._remote()
+        if remote is None:
+            return
+        try:
             stopped = stop_orphaned_query(self.files, self.table.checkpoint, self.spark,
-                                          remote_url(self.table.env), self.query_name)
+                                          remote, self.query_name)
         except Exception as exc:  # the session is gone with its server: nothing runs
             self.log.info("connect.orphan.none", error=first_line(exc))
             return
@@ -517,10 +528,20 @@ class StreamingJob(Job):
             self.commits.writer_id = query_id(self.table.checkpoint, self.files)
         try:
             getattr(self, method)(batch, batch_id)
-        finally:
+        except BaseException:
             if token is not None:
-                write_outcome(self.files, self.table.checkpoint, batch_id, token,
-                              {name: _attribute(self, name) for name in self.outcome_fields})
+                try:  # the batch's own error is the one raised, whatever happens here
+                    self._write_outcome(batch_id, token)
+                except Exception as exc:
+                    self.log.warning("job.outcome.unwritten", batch_id=batch_id,
+                                     error=first_line(exc))
+            raise
+        if token is not None:
+            self._write_outcome(batch_id, token)
+
+    def _write_outcome(self, batch_id: int, token: str) -> None:
+        write_outcome(self.files, self.table.checkpoint, batch_id, token,
+                      {name: _attribute(self, name) for name in self.outcome_fields})
 
     def _absorb_outcome(self) -> None:
         """Over Spark Connect: take what the run's batches did on the server (the newest
@@ -542,7 +563,7 @@ class StreamingJob(Job):
         self.listener.register(self.query_name, self.log, self.batch_rows, self._on_progress)
         query = self._step("start", self._start_query, writer.queryName(self.query_name))
         self.recorder.query_id = str(query.id)
-        if is_connect(self.spark):
+        if is_connect(self.spark) and self._remote() is not None:
             record_session(self.files, self.table.checkpoint, self.spark, str(query.id))
         self.on_started(query)
         return query
@@ -595,6 +616,9 @@ class StreamingJob(Job):
     def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
         """A batch's progress: its run history row, then :meth:`on_batch`."""
         self._absorb_outcome()
+        if self.recorder.query_id is None:  # reported before start() returned
+            self.recorder.query_id = self.commits.writer_id or \
+                query_id(self.table.checkpoint, self.files)
         try:
             self.recorder.add(progress, self.batch_figures, self.batch_seconds,
                               self.batch_schema_change)

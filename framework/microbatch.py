@@ -27,6 +27,8 @@ by Spark before the first batch), in both modes: nothing is handed over after ``
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import io
 import json
 import pickle
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pyspark import cloudpickle
 
+from framework.errors import StorageError
 from framework.logging import LogFormat, configure_logging, get_logger
 from framework.storage import Storage
 
@@ -144,28 +147,50 @@ def write_outcome(storage: Storage, checkpoint: str, batch_id: int, token: str,
     folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
     data = pickle.dumps({"token": token, "batch_id": batch_id, "fields": dict(fields)})
     storage.write_bytes(f"{folder}/{batch_id}", data)
-    for f in list(storage.list_files(folder)):
+    for f in list(storage.list_files(folder)):  # the one before is kept for a slow reader
         name = f.path.rsplit("/", 1)[-1]
-        if name.isdigit() and int(name) < batch_id:
+        if name.isdigit() and int(name) < batch_id - 1:
             storage.delete(f.path)
 
 
 def read_outcome(storage: Storage, checkpoint: str, token: str) -> dict[str, Any] | None:
     """The newest outcome this run's batches wrote (its fields), None before any."""
     folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
-    if not storage.exists(folder):
-        return None
-    ids = sorted((int(n) for f in storage.list_files(folder)
-                  if (n := f.path.rsplit("/", 1)[-1]).isdigit()), reverse=True)
-    for batch_id in ids:
-        try:
-            with storage.open(f"{folder}/{batch_id}") as fh:
-                outcome = pickle.loads(fh.read())  # written by this run's worker
-        except Exception:  # replaced by a newer one while read
-            continue
-        if isinstance(outcome, dict) and outcome.get("token") == token:
-            return dict(outcome["fields"])
+    for _ in range(3):  # listed, then removed by a newer one before it was read: list again
+        if not storage.exists(folder):
+            return None
+        ids = sorted((int(n) for f in storage.list_files(folder)
+                      if (n := f.path.rsplit("/", 1)[-1]).isdigit()), reverse=True)
+        for batch_id in ids:
+            try:
+                with storage.open(f"{folder}/{batch_id}") as fh:
+                    outcome = _OutcomeUnpickler(io.BytesIO(fh.read())).load()
+            except StorageError:
+                continue
+            if isinstance(outcome, dict) and outcome.get("token") == token:
+                return dict(outcome["fields"])
+            return None  # the newest is another run's: this run's batches wrote none yet
     return None
+
+
+class _OutcomeUnpickler(pickle.Unpickler):
+    """Reads an outcome: plain data and the framework's own classes of figures (dataclasses),
+    nothing else (a checkpoint file is no place to run code from)."""
+
+    SAFE = {("collections", "Counter"), ("collections", "OrderedDict"),
+            ("builtins", "set"), ("builtins", "frozenset"), ("datetime", "datetime"),
+            ("datetime", "date"), ("datetime", "timezone"), ("datetime", "timedelta"),
+            ("decimal", "Decimal")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.SAFE:
+            return super().find_class(module, name)
+        if module.split(".")[0] in ("framework", "bronze", "silver", "gold"):
+            found = super().find_class(module, name)
+            if dataclasses.is_dataclass(found) or (isinstance(found, type) and \
+                    issubclass(found, enum.Enum)):
+                return found
+        raise pickle.UnpicklingError(f"expected the figures of a batch, found {module}.{name}")
 
 
 # ------------------------------------------------------------------ a client that went away

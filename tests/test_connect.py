@@ -126,6 +126,39 @@ def test_a_job_travels_to_the_server_without_what_only_the_client_holds(
         cloudpickle.dumps(job.ctx)  # what pyspark's own pickling of the job meets first
 
 
+def test_a_batch_outcome_is_read_back_by_its_run_only_and_holds_figures_only(
+    tmp_path: Path,
+) -> None:
+    import pickle
+    from collections import Counter
+
+    from bronze.ledger import BatchCounts
+    from framework.microbatch import read_outcome, write_outcome
+    from framework.storage import LocalStorage
+
+    store, checkpoint = LocalStorage(), str(tmp_path / "checkpoint")
+    assert read_outcome(store, checkpoint, "run-1") is None  # before any batch
+    write_outcome(store, checkpoint, 0, "run-0", {"batches": {0: BatchCounts(batch_id=0)}})
+    assert read_outcome(store, checkpoint, "run-1") is None  # an earlier run's
+    for batch in (1, 2, 3):
+        write_outcome(store, checkpoint, batch, "run-1",
+                      {"totals": Counter(records=batch), "batch_error": None})
+    assert read_outcome(store, checkpoint, "run-1") == {"totals": Counter(records=3),
+                                                        "batch_error": None}
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "outcomes").iterdir()) == \
+        ["2", "3"]  # the newest and the one before
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, ...]:
+            return (print, ("ran",))
+
+    (tmp_path / "checkpoint" / "outcomes" / "4").write_bytes(
+        pickle.dumps({"token": "run-1", "fields": {"x": Payload()}}))
+    with pytest.raises(pickle.UnpicklingError, match=r"expected the figures of a batch, "
+                                                     r"found builtins\.print"):
+        read_outcome(store, checkpoint, "run-1")
+
+
 # ---------------------------------------------------------------------- a real server
 def test_commands_run_over_connect(server: ConnectServer, lakehouse: Lakehouse) -> None:
     on_connect(lakehouse, server)
@@ -391,13 +424,15 @@ def _assert_ingested_once(lakehouse: Lakehouse, base: list[str], ids: list[str],
 def test_a_client_killed_mid_batch_then_a_rerun_loses_and_doubles_nothing(
     server: ConnectServer, lakehouse: Lakehouse
 ) -> None:
-    on_connect(lakehouse, server)
+    lakehouse.write_env(runtime="connect", remote=server.url, spark_conf={},
+                        processing_interval="2 seconds")
     lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
     base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
     assert cli(lakehouse, "init", *base).returncode == 0
     ids = write_order_files(lakehouse.path("landing", "orders"), files=12, per_file=20)
 
-    run = CliRun(["run", "bronze", *base], lakehouse.cli_env())
+    # a processing-time trigger: the query would never end by itself
+    run = CliRun(["run", "bronze", "--continuous", *base], lakehouse.cli_env())
     run.wait_for("stream.batch.progress", timeout=600, batch_id=1)  # batch 2 under way
     os.killpg(run.proc.pid, signal.SIGKILL)
     run.proc.wait()
