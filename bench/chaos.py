@@ -13,11 +13,12 @@ delivery also lands:
 * new rows for the dimensions (a few customers moved to another segment, a few stores
   renamed), so that every delivery runs silver's MERGEs and rewrites the mart.
 
-The tables are the demo's, plus what the demo leaves out: its mart materialized, and a gold
-aggregate in append mode. After each delivery the clean root is run once with
-``medallion run all`` (availableNow). The chaos root is run the same way, as its own process
-group, and interrupted, restarted, interrupted again... until the delivery's share of the
-kills has landed; then it runs to the end, and the next delivery lands.
+The tables are the demo's, plus what the demo leaves out: its mart materialized, a gold
+aggregate in append mode, and an SCD2 table of the customers with deletes. After each
+delivery the clean root is run once with ``medallion run all`` (availableNow). The chaos root
+is run the same way, as its own process group, and interrupted, restarted, interrupted
+again... until the delivery's share of the kills has landed; then it runs to the end, and the
+next delivery lands.
 
 Each interruption aims at a phase (:data:`PHASES`): it waits for the job's event that opens the
 phase, then a seeded random delay of up to the phase's length, and kills the process group
@@ -27,8 +28,8 @@ lake's lease, a file delivered again under a used name being set aside (customer
 a bronze query's first listing, mid-batch, a schema change (the table altered, the history not
 yet written), between a bronze commit and its ledger commit, a batch's moves of its files (after
 its ledger commit), the ledger's replace (a move refused: with ``--faults`` only), a silver
-MERGE, a gold MERGE, a gold append, the mart's rewrite, and a moment
-drawn over the clean run's duration.
+MERGE, an SCD2 table's change log and MERGE (``customer_versions``), a gold MERGE, a gold
+append, the mart's rewrite, and a moment drawn over the clean run's duration.
 
 A delivery takes its share of the plan (:func:`schedule`): the moments drawn over the run
 first, then its kills in the pipeline's order, leaving for a later delivery a phase that
@@ -127,6 +128,8 @@ PHASES = [  # in the pipeline's order
     Phase("archiving", "bronze.files.settling", 0.15),
     Phase("ledger-replace", "bronze.ledger.replacing", 0.6, faults=True),
     Phase("silver-merge", "silver.batch.merging", 1.0, needs=("customers", "stores")),
+    Phase("scd2-merge", "silver.changes.applying", 1.5, "customer_versions",
+          needs=("customer_versions",)),
     Phase("gold-merge", "gold.batch.merging", 1.0, needs=("store_sales",)),
     Phase("gold-append", "stream.query.started", 2.5, "store_sales_final",
           needs=("store_sales_final",)),
@@ -191,6 +194,13 @@ def write_tables(work: Path, only: set[str] | None = None) -> None:
                              "final.", output_mode="append")
     final["aggregates"] = final["aggregates"][:1] + final["aggregates"][2:]
     (tables / "gold" / "store_sales_final.yaml").write_text(yaml.safe_dump(final))
+    # An SCD2 table of the customers: a version per change of segment or country; a customer
+    # whose segment becomes 'closed' is deleted (dimension_changes sends some).
+    (tables / "silver" / "customer_versions.yaml").write_text(yaml.safe_dump({
+        "description": "Customers, a version per change of segment or country.",
+        "source": "customers", "mode": "scd2",
+        "scd2": {"keys": ["customer_id"], "sequence_by": "updated_at",
+                 "track_history": ["segment", "country"], "deletes": "segment = 'closed'"}}))
     for spec in tables.rglob("*.yaml"):
         if only is not None and spec.stem not in only:
             spec.unlink()
@@ -283,6 +293,9 @@ def dimension_changes(work: Path, delivery: int) -> list[Path]:
         rows = ["customer_id,name,segment,country,updated_at"]
         rows += [f"c{c:04d},Customer {c},tier{delivery},NL,2026-11-{10 + delivery:02d}T00:00:00Z"
                  for c in range(delivery, CUSTOMERS, 37)]
+        # Some close (a delete of customer_versions), to come back in a later delivery.
+        rows += [f"c{c:04d},Customer {c},closed,NL,2026-11-{10 + delivery:02d}T12:00:00Z"
+                 for c in range(delivery + 11, CUSTOMERS, 53)]
         written.append(folder / "customers" / f"customers-change-{delivery}.csv")
         written[-1].parent.mkdir(parents=True, exist_ok=True)
         written[-1].write_text("\n".join(rows) + "\n")

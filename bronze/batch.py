@@ -10,6 +10,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
+from bronze.cdc import TOMBSTONE, change_columns
 from bronze.conform import CORRUPT, CORRUPT_REASON, DROPPED
 from bronze.spec import BronzeTableSpec
 from framework.config.model import SqlKind, Table
@@ -25,7 +26,8 @@ BATCH_ID = "_batch_id"
 RAW = "_raw"
 REASON = "_reason"
 MALFORMED = "malformed record: does not parse against the schema"
-INTERNAL = (CORRUPT, CORRUPT_REASON, DROPPED)  # the readers' columns that bronze does not keep
+# the readers' columns that bronze does not keep
+INTERNAL = (CORRUPT, CORRUPT_REASON, DROPPED, TOMBSTONE)
 
 METADATA_FIELDS = [
     StructField(SOURCE_FILE, StringType()),
@@ -46,9 +48,11 @@ BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT
 
 
 def bronze_schema(spec: BronzeTableSpec, records: StructType) -> StructType:
-    """The bronze table's columns: the records', the rescued column, the ingestion columns."""
+    """The bronze table's columns: the records', the change columns (``cdc``), the rescued
+    column, the ingestion columns."""
     rescued = [StructField(spec.rescued_column, StringType())] if spec.rescued_column else []
-    return StructType([*records.fields, *rescued, *METADATA_FIELDS])
+    return StructType([*records.fields, *change_columns(spec.cdc), *rescued,
+                       *METADATA_FIELDS])
 
 
 def records_schema(table: Table) -> StructType:
@@ -99,12 +103,13 @@ class BatchSplit:
     # Records read and records to quarantine, in all and per source file (bronze.ledger)
     observation: Observation
     rescued: str | None = None  # the rescued column, whose non-null values are counted
+    skip: tuple[str, Column] | None = None  # records neither written nor quarantined, counted
 
     def count(self) -> dict[str, int]:
         """The observation's figures, counted without writing (for a replayed batch whose
         append committed before the restart: it is not written again)."""
         row = self.stamped.agg(*_counts(self.to_quarantine, self.stamped.columns,
-                                        self.rescued)).first()
+                                        self.rescued, self.skip)).first()
         assert row is not None  # an aggregate without grouping returns one row
         return row.asDict()
 
@@ -122,23 +127,28 @@ class BatchSplit:
 
 
 def split_batch(batch: DataFrame, name: str, batch_id: int,
-                to_quarantine: Column | None = None, rescued: str | None = None) -> BatchSplit:
+                to_quarantine: Column | None = None, rescued: str | None = None,
+                skip: tuple[str, Column] | None = None) -> BatchSplit:
     """The batch stamped with its ingestion time and id, and its bronze rows (those not to
     quarantine: by default the malformed ones); the records read and those to quarantine are
-    counted as the rows are written."""
+    counted as the rows are written. ``skip`` (a name and a condition) marks records that are
+    not data (Debezium's tombstones): neither written nor quarantined, counted under the
+    name."""
     stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
         BATCH_ID, F.lit(batch_id).cast("long")
     )
     if to_quarantine is None:
         to_quarantine = F.col(CORRUPT).isNotNull()
     observation = Observation(f"bronze_{name}_{batch_id}")
-    observed = stamped.observe(observation, *_counts(to_quarantine, stamped.columns, rescued))
-    good = observed.where(~to_quarantine).drop(*INTERNAL)
-    return BatchSplit(stamped, to_quarantine, good, observation, rescued)
+    observed = stamped.observe(observation, *_counts(to_quarantine, stamped.columns, rescued,
+                                                     skip))
+    kept = ~to_quarantine if skip is None else ~to_quarantine & ~skip[1]
+    good = observed.where(kept).drop(*INTERNAL)
+    return BatchSplit(stamped, to_quarantine, good, observation, rescued, skip)
 
 
-def _counts(to_quarantine: Column, columns: list[str], rescued: str | None = None
-            ) -> list[Column]:
+def _counts(to_quarantine: Column, columns: list[str], rescued: str | None = None,
+            skip: tuple[str, Column] | None = None) -> list[Column]:
     """Records read, to quarantine, with a rescued value, and holding new columns that
     ``schema_evolution: none`` ignores."""
     counts = [F.count(F.lit(1)).alias("records"),
@@ -147,4 +157,6 @@ def _counts(to_quarantine: Column, columns: list[str], rescued: str | None = Non
         counts.append(F.count_if(F.col(rescued).isNotNull() & ~to_quarantine).alias("rescued"))
     if DROPPED in columns:
         counts.append(F.count_if(F.col(DROPPED).isNotNull()).alias("ignored"))
+    if skip is not None:
+        counts.append(F.count_if(skip[1]).alias(skip[0]))
     return counts

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.types import DataType, StructType
 
 from bronze.batch import (
     BRONZE_PROPERTIES,
@@ -39,8 +40,10 @@ from bronze.batch import (
     split_batch,
     with_file_columns,
 )
+from bronze.cdc import CDC_COLUMNS, row_problem, sequence_types
 from bronze.checks import FileChecks, stat_or_none, unreadable
 from bronze.conform import schema_change_error
+from bronze.debezium import ChangeEventReader
 from bronze.deliveries import Deliveries
 from bronze.evolution import SchemaHistory, addable
 from bronze.ledger import (
@@ -58,7 +61,7 @@ from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
 from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Layer
 from framework.delta import add_missing_columns, change_feed_enabled, create_table
-from framework.errors import JobError, SchemaChangeError
+from framework.errors import ConfigError, JobError, SchemaChangeError
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import timed
@@ -104,6 +107,7 @@ class BronzeJob(StreamingJob):
     def prepare(self) -> None:
         super().prepare()
         spec_schema = records_schema(self.table)
+        types = self._change_types(spec_schema)
         self.schema = spec_schema
         self.spec_columns = spec_schema.names
         tables = {
@@ -125,7 +129,8 @@ class BronzeJob(StreamingJob):
                             "with its status"):
             add_missing_columns(self.spark, ledger, LEDGER_SCHEMA)
         # The feed's schema is the table's: the spec's columns, then those added since.
-        internal = [*([self.spec.rescued_column] if self.spec.rescued_column else []),
+        internal = [*(CDC_COLUMNS if self.spec.cdc else ()),
+                    *([self.spec.rescued_column] if self.spec.rescued_column else []),
                     *[f.name for f in METADATA_FIELDS]]
         self.history = SchemaHistory(
             self.spark, name=self.table.qualified("schemas"),
@@ -135,12 +140,27 @@ class BronzeJob(StreamingJob):
         self.schema = self.history.apply_spec(
             spec_schema, file=self.table.source_file,
             batch_id=last_committed_batch(self.table.checkpoint, self.files) + 1)
-        self.reader = FeedReader(self.spark, self.spec, self.files)
+        self.reader = FeedReader(self.spark, self.spec, self.files) if types is None else \
+            ChangeEventReader(self.spark, self.spec, self.files, types)
         # Files landed again under a name already read, before Spark lists landing.
         self.deliveries = Deliveries.at_start(self.spark, self.files, self.table,
                                               ledger=self.locations[self.ledger_table],
                                               replayable=self.commits.replayable, log=self.log)
         self._prepared = True
+
+    def _change_types(self, row: StructType) -> dict[str, DataType] | None:
+        """For a feed of change events (``cdc``): the types of its sequence fields, once the
+        row's columns are known not to take the change columns' names; None for another."""
+        if self.spec.cdc is None:
+            return None
+        problem = row_problem(row)
+        if problem:
+            raise ConfigError(problem, file=self.table.source_file, key="source.schema")
+        try:
+            return sequence_types(self.spec.cdc)
+        except ConfigError as exc:
+            exc.file = self.table.source_file
+            raise
 
     def read(self) -> DataFrame:
         src = self.spec.source

@@ -7,7 +7,10 @@ good rows are appended to the bronze table in one commit tagged ``<query id>:<ba
 (:class:`framework.delta.BatchCommits`), counted as they are written (``observe``), then the
 malformed ones to ``<table>_quarantine``: a replayed batch writes only what is missing. A value
 that is not a JSON object of the schema, is not UTF-8 (kept in base64), is larger than
-``source.max_record_bytes``, or is absent (a tombstone) is quarantined, never dropped.
+``source.max_record_bytes``, or is absent (a tombstone) is quarantined, never dropped. A feed of
+Debezium change events (``cdc``, :mod:`bronze.cdc`) is decoded by :mod:`bronze.debezium`; its
+tombstones (a record without a value, after a delete) are not data: skipped, and counted
+(``cdc_tombstones``) in the batch's event and the run's counts.
 
 Each batch's start and end offsets per partition are in its ``bronze.batch.offsets`` event;
 ``medallion status`` shows per partition the offset bronze has reached, the latest offset of
@@ -25,6 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import (
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -34,7 +38,9 @@ from pyspark.sql.types import (
 )
 
 from bronze.batch import split_batch
+from bronze.cdc import TOMBSTONE, change_columns, row_problem, sequence_types
 from bronze.conform import Conformer, schema_change_error
+from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
@@ -54,6 +60,7 @@ REASON = "_reason"
 MALFORMED = "malformed record: does not parse against the schema"
 NOT_UTF8 = "value is not UTF-8 text; _raw holds it in base64"
 NO_VALUE = "no value (a tombstone or an empty record)"
+TOMBSTONES = "cdc_tombstones"  # the figure of Debezium's tombstones skipped
 
 RECORD_FIELDS = [
     StructField(TOPIC, StringType()),
@@ -76,14 +83,20 @@ DATA_LOSS = ("data may have been lost", "data may have been missed", "are gone",
 
 
 def stream_schema(spec: StreamTableSpec, records: StructType) -> StructType:
-    """The bronze table's columns: the records', the rescued column, the ingestion columns."""
+    """The bronze table's columns: the records', the change columns (``cdc``), the rescued
+    column, the ingestion columns."""
     rescued = [StructField(spec.rescued_column, StringType())] if spec.rescued_column else []
-    return StructType([*records.fields, *rescued, *METADATA_FIELDS])
+    return StructType([*records.fields, *change_columns(spec.cdc), *rescued,
+                       *METADATA_FIELDS])
 
 
-def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec) -> DataFrame:
+def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec,
+           types: Mapping[str, DataType] | None = None) -> DataFrame:
     """Spark's Kafka rows (key, value, topic...) as the schema's columns, the rescued column,
-    the internal ``_corrupt_record``/``_corrupt_reason`` and the record's Kafka columns."""
+    the internal ``_corrupt_record``/``_corrupt_reason`` and the record's Kafka columns. For
+    change events (``cdc``, the sequence fields' ``types`` given), the change columns after
+    the schema's, and ``_cdc_tombstone``: a record without a value is not quarantined but
+    marked, to be skipped and counted."""
     src = spec.source
     text = F.col("value").cast("string")  # the bytes as they are: checked, then parsed
     utf8 = F.is_valid_utf8(text)
@@ -98,16 +111,25 @@ def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec) -> Dat
     conformer = Conformer(schema, spec.rescued_column, src.schema_evolution, src.options)
     origin = F.format_string("%s partition %d offset %d", F.col(TOPIC), F.col(PARTITION),
                              F.col(OFFSET))
-    parsed = parse_json_lines(lines, conformer, src.options, src.max_record_bytes, carry,
-                              origin=origin)
+    cdc = spec.cdc
+    if cdc is not None:
+        assert types is not None
+        parsed = parse_change_events(lines, conformer, cdc, types, src.options,
+                                     src.max_record_bytes, carry, origin=origin)
+    else:
+        parsed = parse_json_lines(lines, conformer, src.options, src.max_record_bytes, carry,
+                                  origin=origin)
     absent, not_utf8 = F.col("_absent"), F.col("_bytes").isNotNull()
     b64 = F.base64(F.substring(F.col("_bytes"), 1, RAW_PREFIX * 3))
     corrupt = F.when(not_utf8, b64).when(~absent, F.col(CORRUPT))
-    reason = F.when(absent, F.lit(NO_VALUE)).when(not_utf8, F.lit(NOT_UTF8)) \
+    # A record without a value: a tombstone of change events (skipped), else quarantined.
+    absent_reason = F.lit(None).cast("string") if cdc is not None else F.lit(NO_VALUE)
+    reason = F.when(absent, absent_reason).when(not_utf8, F.lit(NOT_UTF8)) \
         .otherwise(F.col(CORRUPT_REASON))
+    tombstone = [absent.alias(TOMBSTONE)] if cdc is not None else []
     data = [c for c in parsed.columns if c not in (CORRUPT, CORRUPT_REASON, *carry)]
     return parsed.select(*data, corrupt.alias(CORRUPT), reason.alias(CORRUPT_REASON),
-                         *[f.name for f in RECORD_FIELDS])
+                         *tombstone, *[f.name for f in RECORD_FIELDS])
 
 
 class StreamBronzeJob(StreamingJob):
@@ -146,6 +168,16 @@ class StreamBronzeJob(StreamingJob):
         except ValueError as exc:
             raise ConfigError(f"expected {EXAMPLES[SqlKind.SCHEMA]}, found {ddl!r}: {exc}",
                               file=self.table.source_file, key="source.schema") from exc
+        self.types: dict[str, DataType] | None = None
+        if self.spec.cdc is not None:
+            problem = row_problem(self.schema)
+            if problem:
+                raise ConfigError(problem, file=self.table.source_file, key="source.schema")
+            try:
+                self.types = sequence_types(self.spec.cdc)
+            except ConfigError as exc:
+                exc.file = self.table.source_file
+                raise
         tables = {
             self.table.full_name: (stream_schema(self.spec, self.schema),
                                    self.spec.description),
@@ -164,7 +196,7 @@ class StreamBronzeJob(StreamingJob):
         return self.spark.readStream.format("kafka").options(**options).load()
 
     def transform(self, df: DataFrame) -> DataFrame:
-        return decode(df, self.schema, self.spec)
+        return decode(df, self.schema, self.spec, self.types)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
         return self.foreach_batch(df, self._process_batch)
@@ -174,8 +206,9 @@ class StreamBronzeJob(StreamingJob):
         log = self.log.bind(batch_id=batch_id)
         seconds: dict[str, float] = {}
         bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
+        skip = (TOMBSTONES, F.col(TOMBSTONE)) if self.spec.cdc is not None else None
         split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad,
-                            rescued=self.spec.rescued_column)
+                            rescued=self.spec.rescued_column, skip=skip)
         bronze, quarantine = self.locations[self.table.full_name], \
             self.locations[self.quarantine_table]
         with timed(seconds, "write"):
@@ -194,9 +227,10 @@ class StreamBronzeJob(StreamingJob):
                 self.commits.append(_quarantine_rows(split.stamped, bad), quarantine,
                                     batch_id, checked=True)
         self.batches[batch_id] = {"batch_id": batch_id, **metrics, "seconds": seconds}
+        skipped = {TOMBSTONES: metrics[TOMBSTONES]} if skip is not None else {}
         log.info("bronze.batch.committed", records=metrics["records"],
-                 bronze_rows=metrics["records"] - metrics["quarantined"],
-                 quarantined_rows=metrics["quarantined"], seconds=seconds)
+                 bronze_rows=_bronze_rows(metrics), quarantined_rows=metrics["quarantined"],
+                 seconds=seconds, **skipped)
 
     def _refuse_schema_change(self, error: BaseException, batch_id: int) -> None:
         """Raise :class:`SchemaChangeError` if the batch's write refused a new key or a value
@@ -240,7 +274,7 @@ class StreamBronzeJob(StreamingJob):
         b = self.batches.get(progress.batch_id)
         if b is None:
             return super().batch_figures(progress)
-        return {"rows_in": b["records"], "rows_out": b["records"] - b["quarantined"],
+        return {"rows_in": b["records"], "rows_out": _bronze_rows(b),
                 "quarantined": b["quarantined"]}
 
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
@@ -261,12 +295,22 @@ class StreamBronzeJob(StreamingJob):
     def finish(self) -> dict[str, int]:
         records = sum(b["records"] for b in self.batches.values())
         quarantined = sum(b["quarantined"] for b in self.batches.values())
+        good = sum(_bronze_rows(b) for b in self.batches.values())
+        # Debezium's tombstones: read, neither in bronze nor quarantined (records = bronze +
+        # quarantined + tombstones)
+        skipped = {TOMBSTONES: sum(b.get(TOMBSTONES, 0) for b in self.batches.values())} \
+            if self.spec.cdc is not None else {}
         self.log.info("bronze.run.counted", records_read=records,
-                      bronze_rows=records - quarantined, quarantined_rows=quarantined,
-                      offset_jumps=len(self.offsets_lost))
-        return {"rows_in": records, "rows_out": records - quarantined,
+                      bronze_rows=good, quarantined_rows=quarantined,
+                      offset_jumps=len(self.offsets_lost), **skipped)
+        return {"rows_in": records, "rows_out": good,
                 "records_read": records, "quarantined_rows": quarantined,
-                "offset_jumps": len(self.offsets_lost)}
+                "offset_jumps": len(self.offsets_lost), **skipped}
+
+
+def _bronze_rows(figures: Mapping[str, Any]) -> int:
+    """A batch's rows in bronze: its records but those quarantined and the tombstones."""
+    return int(figures["records"] - figures["quarantined"] - figures.get(TOMBSTONES, 0))
 
 
 def _quarantine_rows(stamped: DataFrame, bad: Column) -> DataFrame:

@@ -38,15 +38,15 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
         return None, []
     try:
         records = parse_schema(spec.source.schema_)
-    except ValueError:  # reported by the parse of the spec's SQL
+        if isinstance(spec, StreamTableSpec):
+            from bronze.kafka import stream_schema
+
+            return stream_schema(spec, records), []
+        from bronze.batch import bronze_schema
+
+        return bronze_schema(spec, records), []
+    except (ValueError, ConfigError):  # reported by the parse of the spec's SQL
         return None, []
-    if isinstance(spec, StreamTableSpec):
-        from bronze.kafka import stream_schema
-
-        return stream_schema(spec, records), []
-    from bronze.batch import bronze_schema
-
-    return bronze_schema(spec, records), []
 
 
 def _planner() -> Planner:

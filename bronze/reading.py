@@ -59,7 +59,8 @@ from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
 from framework.storage import Storage, from_uri
 
 __all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "RAW_PREFIX",
-           "FeedReader", "Records", "literal", "parse_json_lines"]
+           "FeedReader", "Records", "literal", "one_json_value",
+           "parse_json_lines"]
 
 # RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
 # (Spark's defaults cut such a row in two and keep the doubled quotes), a quoted empty field is
@@ -151,8 +152,7 @@ class FeedReader:
             self.spec.source.options.get("charset")
         if not encoding or encoding.replace("-", "").upper() == "UTF8":
             lines = lines.where(_utf8_or_fail(F.is_valid_utf8("value")))
-        obj = F.try_variant_get(F.try_parse_json(F.concat(F.lit("["), "value", F.lit("]"))),
-                                "$[0]", "map<string,variant>")
+        obj = self.json_object(F.col("value"))
         names = F.array(*[F.lit(n) for n in sorted(known)]) if known else \
             F.array().cast("array<string>")
         pairs = lines.select(F.explode(F.map_filter(
@@ -165,6 +165,12 @@ class FeedReader:
             if r["key"].lower() not in {n.lower() for n in found}:
                 found[r["key"]] = (json_type(r["type"]), from_uri(r["file"]))
         return found
+
+    def json_object(self, line: Column) -> Column:
+        """The object of a JSON line whose keys are the feed's columns, as a map of variants
+        (null for a line that is not an object)."""
+        return F.try_variant_get(F.try_parse_json(F.concat(F.lit("["), line, F.lit("]"))),
+                                 "$[0]", "map<string,variant>")
 
     # ------------------------------------------------------------------ records
     def read(self, files: Sequence[str], schema: StructType,
@@ -194,8 +200,14 @@ class FeedReader:
             raw = raw.withColumn("value", F.decode(F.col("value").cast("binary"), encoding))
         else:
             raw = raw.where(_utf8_or_fail(F.is_valid_utf8("value")))
-        return Records(parse_json_lines(raw, conformer, options,
-                                        self.spec.source.max_record_bytes, ["_metadata"]))
+        return Records(self.parse_lines(raw, conformer, options))
+
+    def parse_lines(self, lines: DataFrame, conformer: Conformer, options: Mapping[str, str]
+                    ) -> DataFrame:
+        """A batch's JSON lines (``value``, ``_metadata``) as the reader's columns (see the
+        module's text)."""
+        return parse_json_lines(lines, conformer, options, self.spec.source.max_record_bytes,
+                                ["_metadata"])
 
     def _csv(self, files: Sequence[str], conformer: Conformer) -> Records:
         options = {**CSV_DEFAULTS, **self.spec.source.options}
@@ -399,15 +411,7 @@ def parse_json_lines(raw: DataFrame, conformer: Conformer, options: Mapping[str,
     if lenient:  # the options' own dialect; the object as one value per key
         obj = F.from_json("value", "MAP<STRING, VARIANT>", parse)
     else:
-        # Exactly one value per line: "[" + line + "]" parses as an array of one element.
-        # The parser stops at the end of the first value, so text after it is seen only
-        # when it does not close the array: a line holding "]" is also read as the value of
-        # an object ('{"k":' + line + "}"), which a "]" after the value does not close.
-        whole = F.try_parse_json(F.concat(F.lit("["), F.col("value"), F.lit("]")))
-        closed = F.try_parse_json(F.concat(F.lit('{"k":'), F.col("value"), F.lit("}")))
-        one = F.try_variant_get(whole, "$[1]", "variant").isNull() & (
-            ~F.contains(F.col("value"), F.lit("]")) | closed.isNotNull())
-        obj = F.when(one, F.try_variant_get(whole, "$[0]", "map<string,variant>"))
+        obj = F.try_variant_get(one_json_value(F.col("value")), "$", "map<string,variant>")
     if origin is None:
         origin = F.col("_metadata.file_path")
     parsed = sized.select(F.from_json("value", with_corrupt, parse).alias("r"),
@@ -419,6 +423,20 @@ def parse_json_lines(raw: DataFrame, conformer: Conformer, options: Mapping[str,
     columns = conformer.from_json_object("r", "obj", corrupt, F.col("value"), F.col("_origin"))
     return parsed.select(*columns, too_large(max_record_bytes, ~oversized, F.col("size")),
                          *carry)
+
+
+def one_json_value(text: Column) -> Column:
+    """``text`` parsed as exactly one value of strict JSON (RFC 8259), a variant; null for
+    text that is not."""
+    # "[" + text + "]" parses as an array of one element. The parser stops at the end of the
+    # first value, so text after it is seen only when it does not close the array: text
+    # holding "]" is also read as the value of an object ('{"k":' + text + "}"), which a "]"
+    # after the value does not close.
+    whole = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
+    closed = F.try_parse_json(F.concat(F.lit('{"k":'), text, F.lit("}")))
+    one = F.try_variant_get(whole, "$[1]", "variant").isNull() & (
+        ~F.contains(text, F.lit("]")) | closed.isNotNull())
+    return F.when(one, F.try_variant_get(whole, "$[0]", "variant"))
 
 
 def too_large(limit: int, fits: Column, size: Column) -> Column:

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
+from bronze.cdc import CdcSpec, cdc_problems
 from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
@@ -114,6 +115,9 @@ class BronzeTableSpec(TableSpec):
 
     source: BronzeSource
     rescued_column: Identifier | None = "_rescued_data"
+    cdc: CdcSpec | None = Field(
+        default=None, description="The records are change events: 'debezium', or "
+        "{format: debezium, sequence: [source.lsn]} (see bronze.cdc).")
 
     def backlog_path(self, table: Table) -> str | None:
         return self.landing(table)
@@ -150,10 +154,13 @@ class BronzeTableSpec(TableSpec):
 
     def sql_texts(self) -> list[SqlText]:
         schema = self.source.schema_
-        return [SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []
+        return [*([SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []),
+                *(self.cdc.sql_texts() if self.cdc else [])]
 
     def check(self, table: Table) -> list[ConfigError]:
-        problems = []
+        problems = cdc_problems(self.cdc, json_feed=self.source.format is SourceFormat.JSON,
+                                found_format=self.source.format.value,
+                                schema=self.source.schema_, rescued_column=self.rescued_column)
         landing = self.landing(table)
         folders = {"source.quarantine_dir": self.quarantine_dir(table)}
         if self.source.clean_source is CleanSource.ARCHIVE:

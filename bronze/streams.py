@@ -24,10 +24,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from bronze.cdc import CdcSpec, cdc_problems
 from bronze.spec import SchemaEvolution
 from framework.config.model import Layer, SqlKind, SqlText, Table, TableSpec
 from framework.config.secrets import SecretRef
 from framework.config.types import Identifier, Model, Text
+from framework.errors import ConfigError
 
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 EVENTHUBS_PORT = 9093
@@ -190,6 +192,9 @@ class StreamTableSpec(TableSpec):
 
     source: KafkaSource | EventHubsSource = Field(discriminator="format")
     rescued_column: Identifier | None = "_rescued_data"
+    cdc: CdcSpec | None = Field(
+        default=None, description="The values are change events: 'debezium', or "
+        "{format: debezium, sequence: [source.lsn]} (see bronze.cdc).")
 
     def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
         from bronze.offsets import partition_offsets
@@ -199,7 +204,12 @@ class StreamTableSpec(TableSpec):
 
     def sql_texts(self) -> list[SqlText]:
         schema = self.source.schema_
-        return [SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []
+        return [*([SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []),
+                *(self.cdc.sql_texts() if self.cdc else [])]
+
+    def check(self, table: Table) -> list[ConfigError]:
+        return cdc_problems(self.cdc, json_feed=True, found_format=self.source.format.value,
+                            schema=self.source.schema_, rescued_column=self.rescued_column)
 
 
 def _json(value: object) -> str:

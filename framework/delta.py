@@ -299,15 +299,24 @@ def merge(source: DataFrame, location: str, on: str, *, update_when: str | None 
           ) -> dict[str, int]:
     """``MERGE INTO`` the Delta table at ``location`` the rows of ``source`` (aliased ``s``;
     the table is ``t``): a match on ``on`` updates every column (when ``update_when`` holds,
-    if given), a row without one is inserted. Run in ``source``'s own session (a micro-batch's,
-    in foreachBatch); returns MERGE's figures (``num_inserted_rows``, ``num_updated_rows``...).
-    Spark SQL, so a Spark Connect session runs it as a classic one does."""
+    if given), a row without one is inserted. Returns MERGE's figures (see
+    :func:`merge_clauses`)."""
     matched = f"WHEN MATCHED AND ({update_when}) THEN UPDATE SET *" if update_when \
         else "WHEN MATCHED THEN UPDATE SET *"
+    return merge_clauses(source, location, on, [matched, "WHEN NOT MATCHED THEN INSERT *"])
+
+
+def merge_clauses(source: DataFrame, location: str, on: str, clauses: Sequence[str]
+                  ) -> dict[str, int]:
+    """``MERGE INTO`` the Delta table at ``location`` (aliased ``t``) ``USING`` the rows of
+    ``source`` (aliased ``s``) ``ON`` ``on`` with ``clauses`` (``WHEN MATCHED ...``). Run in
+    ``source``'s own session (a micro-batch's, in foreachBatch); returns MERGE's figures
+    (``num_inserted_rows``, ``num_updated_rows``...). Spark SQL, so a Spark Connect session
+    runs it as a classic one does."""
+    statement = (f"MERGE INTO {quote_path(location)} AS t USING <source> AS s ON {on} "
+                 + " ".join(clauses))
     # The text is a template whose {source} Spark fills with the DataFrame: braces of the
     # location or the conditions are escaped.
-    statement = (f"MERGE INTO {quote_path(location)} AS t USING <source> AS s ON {on} "
-                 f"{matched} WHEN NOT MATCHED THEN INSERT *")
     template = statement.replace("{", "{{").replace("}", "}}").replace("<source>", "{source}")
     result = source.sparkSession.sql(template, source=source).collect()
     return {k: int(v) for k, v in result[0].asDict().items() if v is not None} \

@@ -38,6 +38,9 @@ from gold.spec import JoinType, MartSpec
 ColumnList = list[tuple[str, str]]  # (name, comment)
 
 VERSIONS = "medallion.mart.built_from"  # table property: {table: Delta version} last built
+# The columns of an SCD2 dimension's versions (silver.changes; named here as gold may not
+# import silver).
+START_AT, END_AT, IS_CURRENT = "__start_at", "__end_at", "__is_current"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class MartPlan:
     fact: str
     dims: tuple[str, ...]
     columns: tuple[tuple[str, str, str], ...]  # (expression in the join, name, comment)
+    versioned: tuple[bool, ...] = ()  # per dimension: SCD2 (a row per version of a key)
 
     @classmethod
     def of(cls, spec: MartSpec, fact: str, dims: list[str], fact_columns: ColumnList,
@@ -69,9 +73,20 @@ class MartPlan:
         columns = [(f"f.{quote(name)}", name, text) for name, text in fact_columns]
         fact_names = [name for name, _ in fact_columns]
         taken = set(fact_names)
+        versioned = []
         for i, (dim, name, described) in enumerate(zip(spec.dimensions, dims, dim_columns,
                                                        strict=True)):
             have = dict(described)
+            versioned.append({START_AT, END_AT, IS_CURRENT} <= set(have))
+            if dim.as_of and not versioned[-1]:
+                problems.append(ConfigError(
+                    f"expected a dimension kept as SCD type 2 (with {START_AT}, {END_AT} and "
+                    f"{IS_CURRENT}) with as_of, found {name} without them",
+                    key=f"dimensions[{i}].as_of"))
+            if dim.as_of and dim.as_of not in fact_names:
+                problems.append(ConfigError(
+                    f"expected as_of among the columns of {fact} ({', '.join(fact_names)}), "
+                    f"found {dim.as_of}", key=f"dimensions[{i}].as_of"))
             for fk, dk in dim.on.items():
                 if fk not in fact_names:
                     problems.append(ConfigError(
@@ -95,7 +110,7 @@ class MartPlan:
                 else:
                     taken.add(c)
                     columns.append((f"d{i}.{quote(c)}", c, have[c] or f"From {name}"))
-        return problems, cls(spec, fact, tuple(dims), tuple(columns))
+        return problems, cls(spec, fact, tuple(dims), tuple(columns), tuple(versioned))
 
     def joined(self) -> str:
         """The fact joined to its dimensions, with the mart's column names."""
@@ -103,6 +118,10 @@ class MartPlan:
         joins = []
         for i, (dim, name) in enumerate(zip(self.spec.dimensions, self.dims, strict=True)):
             on = " AND ".join(f"f.{quote(fk)} = d{i}.{quote(dk)}" for fk, dk in dim.on.items())
+            if self.versioned and self.versioned[i]:  # the version valid then, or the current
+                at = f"f.{quote(dim.as_of)}" if dim.as_of else None
+                on += (f" AND d{i}.{START_AT} <= {at} AND ({at} < d{i}.{END_AT} OR "
+                       f"d{i}.{END_AT} IS NULL)") if at else f" AND d{i}.{IS_CURRENT}"
             kind = "LEFT JOIN" if dim.how is JoinType.LEFT else "JOIN"
             joins.append(f"{kind} {quote_name(name)} d{i} ON {on}")
         return f"SELECT {select} FROM {quote_name(self.fact)} f {' '.join(joins)}"

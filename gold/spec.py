@@ -124,13 +124,18 @@ class TableRef(Model):
 class Dimension(Model):
     """A dimension joined to the fact on ``on``: a column both have (``store_id``), several
     (``[store_id, day]``), or fact columns mapped to the dimension's (``{dest: faa}``);
-    ``columns`` are added to the mart (default: all but the keys and ``_`` columns)."""
+    ``columns`` are added to the mart (default: all but the keys and ``_`` columns).
+
+    A dimension kept as SCD type 2 (``mode: scd2`` in silver: a row per version) joins each
+    fact row to the key's current version, or with ``as_of: <fact column>`` to the version
+    valid at that column's value (``__start_at <= value < __end_at``)."""
 
     table: Identifier
     layer: Layer = Layer.SILVER
     on: dict[Identifier, Identifier] = Field(min_length=1)
     columns: list[Identifier] = Field(default_factory=list)
     how: JoinType = JoinType.INNER
+    as_of: Identifier | None = None
 
     @model_validator(mode="before")
     @classmethod

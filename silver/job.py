@@ -54,9 +54,11 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
+from silver.changes import ChangeApplier, log_schema, table_schema
 from silver.spec import (
     Action,
     ColumnSpec,
+    Expectation,
     SilverTableSpec,
     TableFormat,
     WriteMode,
@@ -143,7 +145,10 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             problems.append(ConfigError(f"expected a rule that is true or false for each row "
                                         f"(a boolean), found {e.rule!r} of type "
                                         f"{kind.simpleString()}", key=f"expectations[{i}].rule"))
-    return StructType([f for f in out.schema.fields if f.name != CAST_ERRORS]), problems
+    planned = StructType([f for f in out.schema.fields if f.name != CAST_ERRORS])
+    if spec.changes and not spec.changes.check_columns(spec.mode.value, set(planned.names)):
+        planned = table_schema(spec.changes, planned)
+    return planned, problems
 
 
 def _not_a_type(text: str) -> bool:
@@ -182,14 +187,26 @@ class SilverJob(StreamingJob):
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
         self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
+        # A change without a sequence has no place in its key's history: it is quarantined.
+        changes = self.spec.changes
+        logged = changes is not None and (changes.removals or self.spec.mode is WriteMode.SCD2)
+        self.rules = [*self.spec.expectations, *([Expectation(
+            name=f"has_{changes.sequence_by}", rule=f"{quote(changes.sequence_by)} IS NOT NULL",
+            action=Action.QUARANTINE)] if changes and logged else [])]
         # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
         # the query writes through Delta's streaming sink, which is exactly-once by itself, and
         # counts its rows with an observed metric instead of a Python call per batch. A table
         # with a watermark checks each batch's span of event time (see _check_span).
-        self.direct = (not self.spec.expectations and not self._typed and not self.spec.dedup
+        self.direct = (not self.rules and not self._typed and not self.spec.dedup
                        and self.spec.mode is WriteMode.APPEND
                        and self.spec.format is TableFormat.DELTA)
         self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
+        # Changes with removals or versions go through a change log beside the table (see
+        # silver.changes); a plain upsert is one MERGE.
+        self.changes_table = self.table.qualified("changes")
+        self.applier = ChangeApplier(changes, self.table.location,
+                                     self.table.companion_location("changes")) \
+            if changes and logged else None
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
@@ -231,6 +248,13 @@ class SilverJob(StreamingJob):
 
     def _create_tables(self, schema: StructType) -> None:
         spec = self.table.spec
+        rows = schema
+        if self.spec.changes:
+            schema = table_schema(self.spec.changes, rows)
+        if self.applier:
+            create_table(self.spark, self.changes_table, log_schema(self.applier.changes, rows),
+                         self.applier.log_location,
+                         comment=f"Change log of {self.table.name}: its events, by key")
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
@@ -265,7 +289,7 @@ class SilverJob(StreamingJob):
 
     @property
     def _quarantines(self) -> bool:
-        return self._typed or any(e.action is Action.QUARANTINE for e in self.spec.expectations)
+        return self._typed or any(e.action is Action.QUARANTINE for e in self.rules)
 
     # ------------------------------------------------------------------ one micro-batch
     def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -281,7 +305,7 @@ class SilverJob(StreamingJob):
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         log = self.log.bind(batch_id=batch_id)
-        rules = self.spec.expectations
+        rules = self.rules
         broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in rules}
         df = batch
         for e in rules:
@@ -328,7 +352,7 @@ class SilverJob(StreamingJob):
         # the batch is cached so its (stateful) computation runs once for all writes (and for
         # the span check of a table with a watermark).
         cached = self._quarantines or batch_id in self.commits.replayable or \
-            self.spec.mode is WriteMode.UPSERT or self.spec.dedup is not None
+            self.spec.mode is not WriteMode.APPEND or self.spec.dedup is not None
         if cached:
             df = df.persist()
         try:
@@ -397,6 +421,11 @@ class SilverJob(StreamingJob):
                 f"PARTITION ({quote(BATCH_ID)} = {int(batch_id)}) "
                 f"SELECT {quote_all(df.columns)} FROM {quote(view)}")
             df.sparkSession.catalog.dropTempView(view)
+        elif self.applier:
+            self.log.debug("silver.changes.applying", keys=self.applier.keys,
+                           log=self.changes_table)
+            figures = self.applier.apply(df)
+            self.log.debug("silver.batch.changes_applied", **figures)
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)
         else:
@@ -410,7 +439,7 @@ class SilverJob(StreamingJob):
         keys, seq = upsert.keys, upsert.sequence_by
         latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
         source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
-            .drop("_rank")
+            .drop("_rank", *upsert.except_columns)
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
         self.log.debug("silver.batch.merging", keys=keys)
         merge(source, self.table.location, on,

@@ -51,7 +51,8 @@ class Action(StrEnum):
 
 class WriteMode(StrEnum):
     APPEND = "append"
-    UPSERT = "upsert"  # MERGE by key, the latest event wins
+    UPSERT = "upsert"  # SCD type 1: one row per key, the latest event wins
+    SCD2 = "scd2"  # SCD type 2: one row per version of a key
 
 
 class TableFormat(StrEnum):
@@ -95,11 +96,74 @@ class Dedup(Model):
         return check_interval(value)
 
 
-class Upsert(Model):
-    """MERGE by ``keys``; of two rows with one key, the greater ``sequence_by`` wins."""
+class Changes(Model):
+    """How rows of the source are applied as changes to a key (see :mod:`silver.changes`):
+    ``keys`` name the entity, ``sequence_by`` orders its changes (the order at the source, not
+    of arrival). A row for which ``deletes`` holds removes its key at its sequence; one for
+    which ``truncates`` holds removes every key at its sequence. ``except_columns`` are read
+    (by the conditions, say) but not written to the table."""
 
     keys: list[Identifier] = Field(min_length=1)
     sequence_by: Identifier
+    deletes: str | None = Field(default=None, min_length=1)
+    truncates: str | None = Field(default=None, min_length=1)
+    except_columns: list[Identifier] = Field(default_factory=list)
+
+    @property
+    def removals(self) -> bool:
+        return bool(self.deletes or self.truncates)
+
+    def sql_texts(self, prefix: str) -> list[SqlText]:
+        return [SqlText(f"{prefix}.{name}", SqlKind.EXPRESSION, text)
+                for name, text in (("deletes", self.deletes), ("truncates", self.truncates))
+                if text]
+
+    def named_columns(self) -> list[tuple[str, list[str]]]:
+        """(key, columns) for each setting that names columns."""
+        return [("keys", self.keys), ("sequence_by", [self.sequence_by]),
+                ("except_columns", self.except_columns)]
+
+    def check_columns(self, prefix: str, columns: set[str]) -> list[tuple[str, str]]:
+        """(key, message) for each named column that is not among ``columns``."""
+        problems = []
+        for key, cols in self.named_columns():
+            missing = [c for c in cols if c not in columns]
+            if missing:
+                problems.append((f"{prefix}.{key}", f"expected columns among the output "
+                                 f"columns ({', '.join(sorted(columns))}), found "
+                                 f"{', '.join(missing)}"))
+        kept = set(self.except_columns)
+        for key, cols in (("keys", self.keys), ("sequence_by", [self.sequence_by])):
+            dropped = [c for c in cols if c in kept]
+            if dropped:
+                problems.append((f"{prefix}.except_columns", f"expected the {key} columns to be "
+                                 f"kept, found {', '.join(dropped)} in except_columns"))
+        return problems
+
+
+class Upsert(Changes):
+    """SCD type 1: one row per key; of two events of a key the greater ``sequence_by`` wins,
+    a removal winning a tie."""
+
+
+class Scd2(Changes):
+    """SCD type 2: one row per version of a key. A version opens when a tracked column
+    changes (``track_history``: these; ``track_history_except``: every column but these;
+    neither: every column) and closes at the next version's start or at a removal."""
+
+    track_history: list[Identifier] | None = Field(default=None, min_length=1)
+    track_history_except: list[Identifier] | None = None
+
+    def named_columns(self) -> list[tuple[str, list[str]]]:
+        return [*super().named_columns(), ("track_history", self.track_history or []),
+                ("track_history_except", self.track_history_except or [])]
+
+    @model_validator(mode="after")
+    def _one_tracking(self) -> Scd2:
+        if self.track_history is not None and self.track_history_except is not None:
+            raise ValueError("expected at most one of track_history and "
+                             "track_history_except, found both")
+        return self
 
 
 class SilverSource(Model):
@@ -124,6 +188,7 @@ class SilverTableSpec(TableSpec):
     dedup: Dedup | None = None
     mode: WriteMode = WriteMode.APPEND
     upsert: Upsert | None = None
+    scd2: Scd2 | None = None
     format: TableFormat = TableFormat.DELTA
     partition_by: list[Identifier] = Field(default_factory=list)
     cluster_by: list[Identifier] = Field(default_factory=list)
@@ -148,6 +213,11 @@ class SilverTableSpec(TableSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
 
+    @property
+    def changes(self) -> Changes | None:
+        """How rows are applied as changes (``mode`` upsert or scd2), else None."""
+        return {WriteMode.UPSERT: self.upsert, WriteMode.SCD2: self.scd2}.get(self.mode)
+
     def sql_texts(self) -> list[SqlText]:
         texts = []
         for i, column in enumerate(self.columns):
@@ -157,6 +227,8 @@ class SilverTableSpec(TableSpec):
                 texts.append(SqlText(f"columns[{i}].type", SqlKind.TYPE, column.type))
         texts += [SqlText(f"expectations[{i}].rule", SqlKind.EXPRESSION, e.rule)
                   for i, e in enumerate(self.expectations)]
+        if self.changes:
+            texts += self.changes.sql_texts(self.mode.value)
         return texts
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
@@ -186,17 +258,21 @@ class SilverTableSpec(TableSpec):
                                                                  self.partition_by)):
                 if value:
                     problem(key, f"expected no {key} on a bucketed parquet table, found {value}")
-            if self.mode is WriteMode.UPSERT:
-                problem("mode", "expected mode append on a parquet table (upserts need Delta), "
-                        "found upsert")
+            if self.mode is not WriteMode.APPEND:
+                problem("mode", f"expected mode append on a parquet table (changes need "
+                        f"Delta), found {self.mode.value}")
         if self.bucket_by and not self.buckets:
             problem("buckets", "expected the number of buckets with bucket_by, found none")
         if self.partition_by and self.cluster_by:
             problem("cluster_by", "expected either partition_by or cluster_by (Delta does not "
                     "combine them), found both")
-        if self.mode is WriteMode.UPSERT and self.upsert is None:
-            problem("upsert", "expected upsert: {keys: [...], sequence_by: column} with mode "
-                    "upsert, found none")
+        for mode, block in ((WriteMode.UPSERT, self.upsert), (WriteMode.SCD2, self.scd2)):
+            if self.mode is mode and block is None:
+                problem(mode.value, f"expected {mode.value}: {{keys: [...], sequence_by: "
+                        f"column}} with mode {mode.value}, found none")
+            elif self.mode is not mode and block is not None:
+                problem(mode.value, f"expected {mode.value}: only with mode {mode.value}, found "
+                        f"it with mode {self.mode.value}")
         if self.dedup and not self.event_time:
             problem("event_time", "expected event_time with dedup (the watermark needs it), "
                     "found none")
@@ -214,6 +290,9 @@ class SilverTableSpec(TableSpec):
                 if missing:
                     problem(key, f"expected columns among the output columns "
                             f"({', '.join(sorted(out))}), found {', '.join(missing)}")
+            if self.changes and not self.transforms:
+                for key, message in self.changes.check_columns(self.mode.value, out):
+                    problem(key, message)
         for i, path in enumerate(self.transforms):
             reason = _import_problem(path)
             if reason:

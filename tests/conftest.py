@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from framework.config.model import Environment, Runtime
 from tests.faultfs import spark_conf as faulty_conf
 from tests.minicluster import minicluster
-from tests.support import Lakehouse
+from tests.support import Lakehouse, QuickstartLake, run_quickstart
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
 LONG = ("test_crash", "test_readme", "test_lifecycle", "test_kafka", "test_report",
@@ -70,6 +70,14 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     the tests that need it; the variables of its env.sh (HADOOP_CONF_DIR, the HDFS root...)."""
     with minicluster(tmp_path_factory.mktemp("minicluster")) as variables:
         yield variables
+
+
+@pytest.fixture(scope="session")
+def quickstart_lake(spark: SparkSession,
+                    tmp_path_factory: pytest.TempPathFactory) -> QuickstartLake:
+    """The lake the README's quickstart makes, once per worker: the README's test checks it,
+    and the Spark Connect demo is compared with it (both in the "connect" xdist group)."""
+    return run_quickstart(spark, tmp_path_factory.mktemp("quickstart"))
 
 
 @pytest.fixture(autouse=True)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
+import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +230,76 @@ def run_history(spark: Any, lakehouse: Lakehouse, table: str | None = None) -> l
     if table is not None:
         runs = runs.where(F.col("table") == table)
     return runs.orderBy("batch_id", "recorded_at").collect()
+
+
+# ---------------------------------------------------------------------- the README's quickstart
+@dataclass
+class QuickstartLake:
+    """The lake the README's quickstart made, command by command (``quickstart_lake``)."""
+
+    root: Path
+    first_summary: dict[str, Any]  # of the first demo run
+    last_summary: dict[str, Any]  # of the quickstart's last command, the demo again
+    outputs: dict[str, str]  # each command's output, by its text
+    before_last: dict[str, int]  # row counts before the last command
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The commands of the README's quickstart block, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Quickstart", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert block, "no bash block in the README's quickstart"
+    commands = [shlex.split(line, comments=True) for line in block.group(1).splitlines()]
+    return [c for c in commands if c]
+
+
+def as_run_here(command: list[str]) -> list[str]:
+    """The quickstart's command in the virtualenv running the tests: as written in `.venv`;
+    in another (the oldest Spark/Delta pair's), its own `medallion` for `.venv/bin/...`, and
+    for `make demo` (which sets up and runs `.venv`'s) the demo it runs."""
+    if BIN.resolve() == REPO / ".venv" / "bin":
+        return command
+    if command == ["make", "demo"]:
+        return [str(BIN / "medallion"), "demo"]
+    return [str(BIN / command[0].removeprefix(".venv/bin/")), *command[1:]]
+
+
+def row_counts(spark: Any, root: Path) -> dict[str, int]:
+    """Rows of every Delta table the demo writes, companions (quarantine, file ledger)
+    included; not the run history, which records every run."""
+    return {str(log.parent.relative_to(root)):
+            spark.read.format("delta").load(str(log.parent)).count()
+            for log in sorted((root / "tables").rglob("_delta_log"))
+            if log.parent.relative_to(root / "tables").parts[0] != "ops"}
+
+
+# The quickstart's feed, reduced (the demo needs at least 30 files).
+QUICKSTART_ORDERS, QUICKSTART_FILES = 2400, 30
+
+
+def run_quickstart(spark: Any, base: Path) -> QuickstartLake:
+    """Every command of the README's quickstart, as a new user runs it from the repository
+    (its own conf/, the local default), on a reduced demo feed; each must exit 0."""
+    commands = quickstart_commands()
+    assert commands[0] == ["make", "demo"] and ["make", "demo"] not in commands[1:]
+    assert commands[-1] == [".venv/bin/medallion", "demo"]
+    root, summary_path = base / "lakehouse", base / "summary.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(MEDALLION_ROOT=str(root), MEDALLION_DEMO_ORDERS=str(QUICKSTART_ORDERS),
+               MEDALLION_DEMO_FILES=str(QUICKSTART_FILES),
+               MEDALLION_DEMO_SUMMARY=str(summary_path))
+    outputs: dict[str, str] = {}
+    before: dict[str, int] = {}
+    first: dict[str, Any] = {}
+    for i, command in enumerate(commands):
+        if i == len(commands) - 1:  # the demo again: what it must not change
+            before = row_counts(spark, root)
+        done = subprocess.run(as_run_here(command), cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, f"{shlex.join(command)} exited {done.returncode}:\n" \
+                                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs[shlex.join(command)] = done.stdout
+        if i == 0:
+            first = json.loads(summary_path.read_text())
+    return QuickstartLake(root, first, json.loads(summary_path.read_text()), outputs, before)

@@ -27,9 +27,12 @@ from framework.config.model import Environment, Layer, Runtime
 from framework.connect_server import ConnectServer, running, start
 from framework.pruning import explain_pruning
 from tests.support import (
+    QUICKSTART_FILES,
+    QUICKSTART_ORDERS,
     REPO,
     CliRun,
     Lakehouse,
+    QuickstartLake,
     archived_files,
     bronze_spec,
     medallion_cmd,
@@ -363,16 +366,18 @@ def _files(root: Path, folder: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
-    server: ConnectServer, spark: SparkSession, tmp_path: Path
+    server: ConnectServer, spark: SparkSession, quickstart_lake: QuickstartLake, tmp_path: Path
 ) -> None:
+    # The classic demo: the README quickstart's first run (tests/conftest.py), same feed.
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
     (conf / "environments" / "connect.yaml").write_text(
         "runtime: connect\nroot: ${MEDALLION_ROOT}\n"
         f"remote: {server.url}\ncatalog: spark_catalog\nshuffle_partitions: 4\n",
         encoding="utf-8")
-    classic, _ = _demo(conf, "local", tmp_path / "classic", orders=600, files=30)
-    over_connect, out = _demo(conf, "connect", tmp_path / "connect", orders=600, files=30)
+    classic, classic_root = quickstart_lake.first_summary, quickstart_lake.root
+    over_connect, out = _demo(conf, "connect", tmp_path / "connect", orders=QUICKSTART_ORDERS,
+                              files=QUICKSTART_FILES)
 
     # the same figures: rows, quarantined, duplicates and late rows dropped, files archived
     assert over_connect["feed"] == classic["feed"]
@@ -387,7 +392,7 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     assert "read 3 of 12 partitions" in out
 
     # the same rows in every table: bronze, quarantines, the file ledger, silver, gold
-    expected, actual = _tables(spark, tmp_path / "classic"), _tables(spark, tmp_path / "connect")
+    expected, actual = _tables(spark, classic_root), _tables(spark, tmp_path / "connect")
     assert sorted(actual) == sorted(expected)
     assert {"bronze/orders", "bronze/orders_quarantine", "bronze/orders_files",
             "silver/orders", "gold/store_sales"} <= set(actual)
@@ -395,9 +400,8 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
         assert_df_equality(actual[name], df, ignore_row_order=True, ignore_nullable=True,
                            ignore_metadata=True, underline_cells=True)
     # the same files archived and quarantined, none left in landing
-    for folder in ("archive", "_quarantine"):
-        assert _files(tmp_path / "connect", folder) == _files(tmp_path / "classic", folder)
-    assert _files(tmp_path / "connect", "landing") == _files(tmp_path / "classic", "landing")
+    for folder in ("archive", "_quarantine", "landing"):
+        assert _files(tmp_path / "connect", folder) == _files(classic_root, folder)
 
 
 # ---------------------------------------------------------------------- kills

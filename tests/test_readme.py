@@ -9,11 +9,6 @@ demo's figures must hold:
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,72 +16,27 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from tests.support import BIN, REPO
+from tests.support import QuickstartLake, row_counts
 
-pytestmark = [pytest.mark.slow, pytest.mark.demo]
-
-
-def quickstart() -> list[list[str]]:
-    """The commands of the README's quickstart block, comments dropped."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Quickstart", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
-    assert block, "no bash block in the README's quickstart"
-    commands = [shlex.split(line, comments=True) for line in block.group(1).splitlines()]
-    return [c for c in commands if c]
-
-
-def as_run_here(command: list[str]) -> list[str]:
-    """The quickstart's command in the virtualenv running the tests: as written in `.venv`;
-    in another (the oldest Spark/Delta pair's), its own `medallion` for `.venv/bin/...`, and
-    for `make demo` (which sets up and runs `.venv`'s) the demo it runs."""
-    if BIN.resolve() == REPO / ".venv" / "bin":
-        return command
-    if command == ["make", "demo"]:
-        return [str(BIN / "medallion"), "demo"]
-    return [str(BIN / command[0].removeprefix(".venv/bin/")), *command[1:]]
-
-
-def _row_counts(spark: SparkSession, root: Path) -> dict[str, int]:
-    """Rows of every Delta table the demo writes, companions (quarantine, file ledger)
-    included; not the run history, which records every run."""
-    return {str(log.parent.relative_to(root)):
-            spark.read.format("delta").load(str(log.parent)).count()
-            for log in sorted((root / "tables").rglob("_delta_log"))
-            if log.parent.relative_to(root / "tables").parts[0] != "ops"}
+# The quickstart's lake is made once per worker (tests/conftest.py), shared with the Spark
+# Connect demo's comparison: both run in the group of the Connect tests.
+pytestmark = [pytest.mark.slow, pytest.mark.demo, pytest.mark.xdist_group("connect")]
 
 
 def test_every_quickstart_command_exits_0_and_the_demo_reconciles(
-        spark: SparkSession, tmp_path: Path) -> None:
-    commands = quickstart()
-    assert commands[0] == ["make", "demo"] and ["make", "demo"] not in commands[1:]
-    assert commands[-1] == [".venv/bin/medallion", "demo"]
-    root, summary_path = tmp_path / "lakehouse", tmp_path / "summary.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(root), MEDALLION_DEMO_ORDERS="2400",
-               MEDALLION_DEMO_FILES="30", MEDALLION_DEMO_SUMMARY=str(summary_path))
-    outputs: dict[str, str] = {}
-    before: dict[str, int] = {}
-    for i, command in enumerate(commands):
-        if i == len(commands) - 1:  # the demo again: what it must not change
-            before = _row_counts(spark, root)
-        done = subprocess.run(as_run_here(command), cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=900)
-        assert done.returncode == 0, f"{shlex.join(command)} exited {done.returncode}:\n" \
-                                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs[shlex.join(command)] = done.stdout
-        if i == 0:
-            _check_the_demo(spark, root, json.loads(summary_path.read_text()), done.stdout)
+        spark: SparkSession, quickstart_lake: QuickstartLake) -> None:
+    lake = quickstart_lake
+    _check_the_demo(spark, lake.root, lake.first_summary, lake.outputs["make demo"])
 
-    status = outputs[".venv/bin/medallion status"]
+    status = lake.outputs[".venv/bin/medallion status"]
     assert "spark_catalog.gold.regional_sales | view" in status  # a mart is a view
     assert "spark_catalog.silver.orders" in status and "(8 rows)" in status
 
     # the second run adds nothing and loses nothing
-    again = json.loads(summary_path.read_text())
+    again = lake.last_summary
     assert not again["feed"]["generated_now"]
     assert all(t["added"] == 0 for tables in again["layers"].values() for t in tables.values())
-    assert _row_counts(spark, root) == before
+    assert row_counts(spark, lake.root) == lake.before_last
 
 
 def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) -> None:

@@ -1,0 +1,290 @@
+"""Change data in silver: SCD type 1 with removals (``mode: upsert`` with ``deletes:`` or
+``truncates:``) and SCD type 2 (``mode: scd2``).
+
+Each row of the source is an *event* of one key (the ``keys`` columns) at one ``sequence`` (the
+``sequence_by`` column: the order of the changes at the source, not their order of arrival):
+
+- a **truncate** (the ``truncates`` condition holds) removes every key at its sequence: every
+  row of sequence at most its own, nothing newer; its key and values are ignored;
+- a **delete** (the ``deletes`` condition holds) removes its key at its sequence; its values are
+  ignored;
+- any other row is an **upsert**: its values replace the key's.
+
+Of a key's events at one sequence a removal wins; identical events count once. A removal counts
+at its sequence even when it arrives before what it removes (a *tombstone*): an upsert older
+than a delete never brings its key back, whenever it arrives.
+
+An SCD1 table holds, per key, the row of its newest event when that is an upsert. An SCD2 table
+holds one row per *version* of a key, with four columns of its own:
+
+``__start_at``
+    the sequence of the event that opened the version;
+``__end_at``
+    the sequence of the event that closed it (a change of a tracked column, or a removal); null
+    while the version is current;
+``__is_current``
+    ``__end_at`` is null;
+``__deleted``
+    a delete or truncate closed the version.
+
+A version opens when a tracked column changes (``track_history``: those columns;
+``track_history_except``: every column but those; neither: every column but the keys and the
+sequence). An upsert that changes only untracked columns updates the open version in place, so a
+version holds the untracked values of its newest event. A removal closes the open version and
+adds no row; the key's next upsert opens a new version. The ``sequence_by`` column itself is kept
+(the sequence of the version's newest event) but never tracked.
+
+How a micro-batch is applied, so that the table depends only on the *set* of events seen, not on
+their order of arrival or on where batches were cut, and a replayed batch changes nothing:
+
+1. Each row is classified (column ``_op``: upsert, delete or truncate); a removal's values are
+   cleared, so a removal is its key and sequence alone.
+2. The events are merged into the table's change log, ``<table>_changes`` (a Delta table beside
+   it): for SCD2 every distinct event, for SCD1 each key's newest event and the truncates.
+   Merging an event the log already holds changes nothing.
+3. The keys the batch names (every key, when the batch holds a truncate) are recomputed from the
+   log: the version history of a key is a function of its events, so a late event lands at its
+   place (the versions around it are split and their ``__end_at`` corrected).
+4. One MERGE writes the difference between the recomputed rows and the table's rows of those
+   keys (inserted, updated, deleted): an empty difference for a batch already applied.
+
+The log is what a late event needs: the table alone does not say what a split version held
+before the event (its untracked values are its newest event's), nor where tombstones lie.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+from framework.delta import merge_clauses
+from framework.identifiers import quote
+from silver.spec import Changes, Scd2
+
+OP = "_op"
+START_AT, END_AT, IS_CURRENT, DELETED = "__start_at", "__end_at", "__is_current", "__deleted"
+SCD2_COLUMNS = (START_AT, END_AT, IS_CURRENT, DELETED)
+_ACTION, _REMOVAL, _VERSION, _NEXT_SEQ, _NEXT_REMOVAL = \
+    "_action", "_removal", "_version", "_next_seq", "_next_removal"
+
+
+class ChangeOp(StrEnum):
+    """What an event does to its key."""
+
+    UPSERT = "upsert"
+    DELETE = "delete"
+    TRUNCATE = "truncate"
+
+
+def table_schema(changes: Changes, rows: StructType) -> StructType:
+    """The table's schema for source rows of schema ``rows``: their columns but the
+    ``except_columns``, then (SCD2) the four version columns."""
+    fields = [f for f in rows.fields if f.name not in changes.except_columns]
+    if isinstance(changes, Scd2):
+        seq = next(f.dataType for f in fields if f.name == changes.sequence_by)
+        fields += [StructField(START_AT, seq), StructField(END_AT, seq),
+                   StructField(IS_CURRENT, BooleanType()), StructField(DELETED, BooleanType())]
+    return StructType(fields)
+
+
+def log_schema(changes: Changes, rows: StructType) -> StructType:
+    """The change log's schema: the table's data columns and ``_op``."""
+    fields = [f for f in table_schema(changes, rows).fields if f.name not in SCD2_COLUMNS]
+    return StructType([*fields, StructField(OP, StringType())])
+
+
+class ChangeApplier:
+    """Applies micro-batches of events to one table (``location``) through its change log
+    (``log_location``)."""
+
+    def __init__(self, changes: Changes, location: str, log_location: str) -> None:
+        self.changes = changes
+        self.location = location
+        self.log_location = log_location
+        self.scd2 = isinstance(changes, Scd2)
+        self.keys = list(changes.keys)
+        self.seq = changes.sequence_by
+
+    # ------------------------------------------------------------------ one batch
+    def apply(self, batch: DataFrame) -> dict[str, int]:
+        """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
+        figures on the table (rows inserted, updated, deleted)."""
+        events = self.classify(batch).dropDuplicates()
+        self._log(events)
+        spark = batch.sparkSession
+        touched = events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys)
+        truncated = events.where(F.col(OP) == ChangeOp.TRUNCATE.value).limit(1).count() > 0 \
+            if self.changes.truncates else False
+        log = spark.read.format("delta").load(self.log_location)
+        if truncated:  # every key
+            keys = log.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys).distinct()
+        else:
+            keys = touched.distinct()
+        rows = self._versions(log, keys) if self.scd2 else self._latest(log, keys)
+        table = spark.read.format("delta").load(self.location)
+        return self._write_difference(rows, self._of_keys(table, keys))
+
+    def classify(self, batch: DataFrame) -> DataFrame:
+        """The batch's rows as events: ``_op`` added, a removal's values cleared, the
+        ``except_columns`` dropped."""
+        changes = self.changes
+        op: Column = F.lit(ChangeOp.UPSERT.value)
+        if changes.deletes:
+            op = F.when(F.coalesce(F.expr(changes.deletes), F.lit(False)),
+                        F.lit(ChangeOp.DELETE.value)).otherwise(op)
+        if changes.truncates:
+            op = F.when(F.coalesce(F.expr(changes.truncates), F.lit(False)),
+                        F.lit(ChangeOp.TRUNCATE.value)).otherwise(op)
+        df = batch.withColumn(OP, op).drop(*changes.except_columns)
+        kept = {ChangeOp.DELETE.value: {*self.keys, self.seq},
+                ChangeOp.TRUNCATE.value: {self.seq}}
+        columns = []
+        for c in df.columns:
+            if c in (OP, self.seq):
+                columns.append(F.col(c))
+                continue
+            clear = [name for name, cols in kept.items() if c not in cols]
+            columns.append(F.when(F.col(OP).isin(*clear), F.lit(None).cast(
+                df.schema[c].dataType)).otherwise(F.col(c)).alias(c) if clear else F.col(c))
+        return df.select(*columns)
+
+    def _log(self, events: DataFrame) -> None:
+        """Merge the events into the change log; those already there change nothing."""
+        columns = events.columns
+        if self.scd2:
+            same = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in columns)
+            merge_clauses(events, self.log_location, same, ["WHEN NOT MATCHED THEN INSERT *"])
+            return
+        # SCD1: a key's newest event (a removal wins a tie), and every truncate.
+        removal = F.col(OP) != ChangeOp.UPSERT.value
+        newest = Window.partitionBy(*self.keys, F.col(OP) == ChangeOp.TRUNCATE.value) \
+            .orderBy(F.col(self.seq).desc(), removal.desc(), F.to_json(F.struct(*columns)).desc())
+        events = events.withColumn("_rank", F.row_number().over(newest)) \
+            .where((F.col("_rank") == 1) | (F.col(OP) == ChangeOp.TRUNCATE.value)).drop("_rank")
+        keys = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.keys)
+        op, seq = quote(OP), quote(self.seq)
+        truncate = sql_op(ChangeOp.TRUNCATE)
+        on = (f"{keys} AND (t.{op} = {truncate}) = (s.{op} = {truncate}) "
+              f"AND (s.{op} <> {truncate} OR t.{seq} = s.{seq})")
+        newer = (f"s.{op} <> {truncate} AND (s.{seq} > t.{seq} OR (s.{seq} = t.{seq} "
+                 f"AND s.{op} = {sql_op(ChangeOp.DELETE)} AND t.{op} = {sql_op(ChangeOp.UPSERT)}))")
+        merge_clauses(events, self.log_location, on,
+                      [f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
+                       "WHEN NOT MATCHED THEN INSERT *"])
+
+    # ------------------------------------------------------------------ recomputation
+    def _of_keys(self, df: DataFrame, keys: DataFrame) -> DataFrame:
+        """The rows of ``df`` whose key is among ``keys`` (nulls equal)."""
+        on = [df[k].eqNullSafe(keys[k]) for k in self.keys]
+        condition = on[0]
+        for c in on[1:]:
+            condition = condition & c
+        return df.join(keys, condition, "left_semi")
+
+    def _latest(self, log: DataFrame, keys: DataFrame) -> DataFrame:
+        """SCD1: each key's row, when its newest event is an upsert newer than every
+        truncate."""
+        rows = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
+        live = F.col(OP) == ChangeOp.UPSERT.value
+        if self.changes.truncates:
+            last = log.where(F.col(OP) == ChangeOp.TRUNCATE.value) \
+                .agg(F.max(self.seq).alias("_truncated_at"))
+            rows = rows.crossJoin(last)
+            live = live & (F.col("_truncated_at").isNull()
+                           | (F.col(self.seq) > F.col("_truncated_at")))
+        return rows.where(live).drop(OP, "_truncated_at")
+
+    def _versions(self, log: DataFrame, keys: DataFrame) -> DataFrame:
+        """SCD2: each key's versions, folded from its events in sequence order."""
+        assert isinstance(self.changes, Scd2)
+        events = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
+        if self.changes.truncates:  # a truncate is a removal of every key at its sequence
+            truncates = log.where(F.col(OP) == ChangeOp.TRUNCATE.value).select(self.seq, OP)
+            present = events.select(*self.keys).distinct()
+            events = events.unionByName(present.crossJoin(truncates), allowMissingColumns=True)
+        values = [c for c in events.columns if c not in (*self.keys, self.seq, OP)]
+        tracked = self._tracked(values)
+        steps = events.withColumn(_REMOVAL, F.col(OP) != ChangeOp.UPSERT.value)
+        # One step per key and sequence: a removal wins; of different upserts (a contradiction
+        # at the source), the greatest by their JSON text, so the choice does not depend on
+        # arrival.
+        tie = Window.partitionBy(*self.keys, self.seq).orderBy(
+            F.col(_REMOVAL).desc(), F.to_json(F.struct(*values)).desc())
+        steps = steps.withColumn("_rank", F.row_number().over(tie)).where("_rank = 1") \
+            .drop("_rank")
+        order = Window.partitionBy(*self.keys).orderBy(self.seq)
+        state = F.struct(*tracked) if tracked else F.lit(True)
+        previous_removal = F.lag(_REMOVAL).over(order)
+        opens = ~F.col(_REMOVAL) & (previous_removal.isNull() | previous_removal
+                                    | ~F.lag(state).over(order).eqNullSafe(state))
+        running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        steps = steps.select(
+            "*",
+            F.sum(opens.cast("int")).over(running).alias(_VERSION),
+            F.lead(self.seq).over(order).alias(_NEXT_SEQ),
+            F.lead(_REMOVAL).over(order).alias(_NEXT_REMOVAL),
+        ).where(~F.col(_REMOVAL))
+        last = F.max_by(F.struct(*values, _NEXT_SEQ, _NEXT_REMOVAL, self.seq), F.col(self.seq))
+        versions = steps.groupBy(*self.keys, _VERSION).agg(
+            F.min(self.seq).alias(START_AT), last.alias("_last"))
+        return versions.select(
+            *self.keys,
+            *[F.col(f"_last.{c}").alias(c) for c in values],
+            F.col(f"_last.{self.seq}").alias(self.seq),
+            F.col(START_AT),
+            F.col(f"_last.{_NEXT_SEQ}").alias(END_AT),
+            F.col(f"_last.{_NEXT_SEQ}").isNull().alias(IS_CURRENT),
+            F.coalesce(F.col(f"_last.{_NEXT_REMOVAL}"), F.lit(False)).alias(DELETED),
+        )
+
+    def _tracked(self, values: list[str]) -> list[str]:
+        changes = self.changes
+        assert isinstance(changes, Scd2)
+        if changes.track_history is not None:
+            return list(changes.track_history)
+        excluded = set(changes.track_history_except or ())
+        return [c for c in values if c not in excluded]
+
+    # ------------------------------------------------------------------ the write
+    def _write_difference(self, rows: DataFrame, current: DataFrame) -> dict[str, int]:
+        """One MERGE that makes the table's rows of the recomputed keys equal ``rows``."""
+        match = [*self.keys, START_AT] if self.scd2 else list(self.keys)
+        columns = current.columns
+        rows = rows.select(*columns)
+        new, old = rows.alias("n"), current.alias("o")
+        on = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in match]
+        condition = on[0]
+        for c in on[1:]:
+            condition = condition & c
+        rest = [c for c in columns if c not in match]
+        same = F.struct(*[F.col(f"n.{c}") for c in rest]).eqNullSafe(
+            F.struct(*[F.col(f"o.{c}") for c in rest])) if rest else F.lit(True)
+        # Which side a row is missing from: a marker, as keys may themselves be null.
+        new = new.withColumn("_in_new", F.lit(True)).alias("n")
+        old = old.withColumn("_in_old", F.lit(True)).alias("o")
+        action = (F.when(F.col("o._in_old").isNull(), F.lit("insert"))
+                  .when(F.col("n._in_new").isNull(), F.lit("delete"))
+                  .when(~same, F.lit("update")))
+        diff = new.join(old, condition, "full_outer").select(
+            *[F.coalesce(F.col(f"n.{c}"), F.col(f"o.{c}")).alias(c) if c in match
+              else F.col(f"n.{c}").alias(c) for c in columns],
+            action.alias(_ACTION),
+        ).where(F.col(_ACTION).isNotNull())
+        on_sql = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in match)
+        assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in rest)
+        names = ", ".join(quote(c) for c in columns)
+        values = ", ".join(f"s.{quote(c)}" for c in columns)
+        clauses = [f"WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE"]
+        if rest:
+            clauses.append(f"WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET "
+                           f"{assignments}")
+        clauses.append(f"WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) "
+                       f"VALUES ({values})")
+        return merge_clauses(diff, self.location, on_sql, clauses)
+
+
+def sql_op(op: ChangeOp) -> str:
+    return f"'{op.value}'"

@@ -1,0 +1,225 @@
+"""Silver's change data (``mode: scd2``; ``mode: upsert`` with deletes and truncates) against
+the plain-Python reference (tests/cdc_reference.py): a generated change stream with late,
+out-of-order, duplicated events, deletes, re-inserts and truncates, applied by the framework in
+micro-batches of several sizes, equals the reference row for row, whatever the batching."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from framework.config.model import Layer
+from framework.errors import ConfigValidationError
+from framework.job import RunContext, RunStatus
+from silver.job import SilverJob
+from tests import cdc_reference as ref
+from tests.support import Lakehouse, bronze_spec, write_delta_commits
+
+SCHEMA = "id BIGINT, name STRING, segment STRING, note STRING, seq BIGINT, op STRING, " \
+         "_batch_id BIGINT"
+CODES = {ref.Op.UPSERT: "u", ref.Op.DELETE: "d", ref.Op.TRUNCATE: "t"}
+CHANGES = {"keys": ["id"], "sequence_by": "seq", "deletes": "op = 'd'",
+           "truncates": "op = 't'", "except_columns": ["op"]}
+SCD2 = {**CHANGES, "track_history_except": ["note"]}
+VERSION_COLUMNS = "id BIGINT, name STRING, segment STRING, note STRING, __start_at BIGINT, " \
+                  "__end_at BIGINT, __is_current BOOLEAN, __deleted BOOLEAN"
+LATEST_COLUMNS = "id BIGINT, name STRING, segment STRING, note STRING, seq BIGINT"
+
+
+def source_row(event: ref.Event) -> tuple[Any, ...]:
+    values = event.values
+    return (event.key[0] if event.key else None, values.get("name"), values.get("segment"),
+            values.get("note"), event.sequence, CODES[event.op], 0)
+
+
+def lake_with(lakehouse: Lakehouse, **silver: Any) -> None:
+    lakehouse.add_table("bronze", "customers", {**bronze_spec(), "name": "customers"})
+    lakehouse.add_table("silver", "customers", {
+        "description": "customers, as changes", "name": "customers",
+        "source": {"table": "customers", "max_files_per_trigger": 1}, **silver})
+
+
+def apply(spark: SparkSession, lakehouse: Lakehouse, events: Sequence[ref.Event],
+          size: int | None) -> SilverJob:
+    """The events written to bronze one commit per batch of ``size``, then one silver run."""
+    project = lakehouse.project()
+    write_delta_commits(spark, project.table("customers", Layer.BRONZE).location,
+                        [[source_row(e) for e in batch] for batch in ref.batches(events, size)],
+                        SCHEMA)
+    job = SilverJob(spark, project.table("customers", Layer.SILVER), RunContext())
+    summary = job.run()
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    return job
+
+
+def table(spark: SparkSession, lakehouse: Lakehouse) -> DataFrame:
+    return spark.read.format("delta").load(
+        lakehouse.project().table("customers", Layer.SILVER).location)
+
+
+def versions(spark: SparkSession, lakehouse: Lakehouse) -> DataFrame:
+    return table(spark, lakehouse).select(*[c.split()[0] for c in VERSION_COLUMNS.split(", ")])
+
+
+def reference(spark: SparkSession, rows: list[dict[str, Any]], schema: str) -> DataFrame:
+    names = [c.split()[0] for c in schema.split(", ")]
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+
+
+@pytest.mark.parametrize("size", [7, None])
+def test_scd2_equals_the_reference_for_any_batching(
+    spark: SparkSession, tmp_path: Path, size: int | None
+) -> None:
+    events = ref.changes(seed=11, keys=6, events=80, truncates=2)
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="scd2", scd2=SCD2)
+    apply(spark, lakehouse, events, size)
+    want = reference(spark, ref.scd2(events, keys=ref.KEYS,
+                                     track_history_except=ref.UNTRACKED), VERSION_COLUMNS)
+    assert_df_equality(versions(spark, lakehouse), want, ignore_row_order=True,
+                       ignore_nullable=True)
+    if size is None:
+        return
+    # A driver killed after the last batch's MERGE, before its commit: the batch runs again
+    # and changes nothing (the log and the table are written idempotently).
+    silver = lakehouse.project().table("customers", Layer.SILVER)
+    commits = Path(silver.checkpoint) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    log = spark.read.format("delta").load(silver.companion_location("changes")).collect()
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{silver.location}` LIMIT 1").first()
+    job = SilverJob(spark, silver, RunContext())
+    summary = job.run()
+    assert summary.status is RunStatus.SUCCEEDED and summary.batches == 1, summary.error
+    assert_df_equality(versions(spark, lakehouse), want, ignore_row_order=True,
+                       ignore_nullable=True)
+    assert sorted(spark.read.format("delta").load(silver.companion_location("changes"))
+                  .collect(), key=str) == sorted(log, key=str)
+    again = spark.sql(f"DESCRIBE HISTORY delta.`{silver.location}` LIMIT 1").first()
+    assert again is not None and version is not None
+    # the replay's MERGE wrote nothing: no row inserted, updated or deleted
+    metrics = again["operationMetrics"]
+    assert again["version"] == version["version"] or all(
+        int(metrics.get(k, "0")) == 0 for k in ("numTargetRowsInserted",
+                                                 "numTargetRowsUpdated",
+                                                 "numTargetRowsDeleted"))
+
+
+@pytest.mark.parametrize("size", [7, None])
+def test_scd1_with_deletes_and_truncates_equals_the_reference(
+    spark: SparkSession, tmp_path: Path, size: int | None
+) -> None:
+    events = ref.changes(seed=12, keys=6, events=80, truncates=2)
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="upsert", upsert=CHANGES)
+    apply(spark, lakehouse, events, size)
+    want = reference(spark, ref.scd1(events, keys=ref.KEYS, sequence_by="seq"), LATEST_COLUMNS)
+    assert_df_equality(table(spark, lakehouse), want, ignore_row_order=True,
+                       ignore_nullable=True, ignore_column_order=True)
+
+
+def test_a_change_without_a_sequence_is_quarantined(spark: SparkSession,
+                                                      tmp_path: Path) -> None:
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="scd2", scd2=SCD2)
+    rows = [(1, "A", "retail", "", 1, "u", 0), (2, "B", "smb", "", None, "u", 0)]
+    project = lakehouse.project()
+    write_delta_commits(spark, project.table("customers", Layer.BRONZE).location, [rows],
+                        SCHEMA)
+    silver = project.table("customers", Layer.SILVER)
+    summary = SilverJob(spark, silver, RunContext()).run()
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    assert summary.counts["quarantined_rows"] == 1 and summary.counts["rule:has_seq"] == 1
+    assert [r["id"] for r in table(spark, lakehouse).collect()] == [1]
+    quarantined = spark.read.format("delta").load(silver.companion_location("quarantine"))
+    assert [r["_failed_rules"] for r in quarantined.collect()] == [["has_seq"]]
+
+
+def test_scd2_config_errors(tmp_path: Path) -> None:
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="scd2", upsert=CHANGES)
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    text = str(info.value)
+    assert "expected scd2: {keys: [...], sequence_by: column} with mode scd2, found none" in text
+    assert "expected upsert: only with mode upsert, found it with mode scd2" in text
+
+
+def test_a_mart_joins_facts_to_the_version_valid_at_their_time_and_still_prunes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from framework.pruning import explain_pruning
+    from gold.mart import MartJob
+
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="scd2", scd2=SCD2)
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", {"source": "orders", "partition_by": ["id"]})
+    for name, as_of in (("orders_then", {"as_of": "seq"}), ("orders_now", {})):
+        lakehouse.add_table("gold", name, {
+            "kind": "mart", "fact": {"table": "orders", "layer": "silver"},
+            "dimensions": [{"table": "customers", "on": "id", "columns": ["segment"],
+                            **as_of}]})
+    # Customer 1: retail from 10, smb from 20, deleted at 30, back as enterprise at 40;
+    # customer 2: retail from 10 only; customers 3..9: smb from 5.
+    changes = [ref.Event((1,), 10, ref.Op.UPSERT, {"name": "A", "segment": "retail", "note": ""}),
+               ref.Event((1,), 20, ref.Op.UPSERT, {"name": "A", "segment": "smb", "note": ""}),
+               ref.Event((1,), 30, ref.Op.DELETE),
+               ref.Event((1,), 40, ref.Op.UPSERT,
+                         {"name": "A", "segment": "enterprise", "note": ""}),
+               ref.Event((2,), 10, ref.Op.UPSERT, {"name": "B", "segment": "retail", "note": ""}),
+               *[ref.Event((c,), 5, ref.Op.UPSERT, {"name": "C", "segment": "smb", "note": ""})
+                 for c in range(3, 10)]]
+    apply(spark, lakehouse, changes, None)
+    project = lakehouse.project()
+    orders = project.table("orders", Layer.SILVER)
+    # An order of customer 1 at each time (5: before its first version), one of each other.
+    rows = [(f"o{t}", 1, t) for t in (5, 15, 25, 35, 45)] + [(f"p{c}", c, 50)
+                                                              for c in range(2, 10)]
+    spark.createDataFrame(rows, "order_id STRING, id BIGINT, seq BIGINT").write \
+        .format("delta").partitionBy("id").save(orders.location)
+    spark.sql(f"CREATE TABLE {orders.full_name} USING DELTA LOCATION '{orders.location}'")
+    for name in ("orders_then", "orders_now"):
+        summary = MartJob(spark, project.table(name, Layer.GOLD), RunContext()).run()
+        assert summary.status is RunStatus.SUCCEEDED, summary.error
+
+    then = project.table("orders_then", Layer.GOLD).full_name
+    now = project.table("orders_now", Layer.GOLD).full_name
+    want = "order_id STRING, id BIGINT, seq BIGINT, segment STRING"
+    assert_df_equality(
+        spark.table(then), spark.createDataFrame(
+            [("o15", 1, 15, "retail"), ("o25", 1, 25, "smb"), ("o45", 1, 45, "enterprise"),
+             ("p2", 2, 50, "retail"), *[(f"p{c}", c, 50, "smb") for c in range(3, 10)]], want),
+        ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        spark.table(now), spark.createDataFrame(
+            [*[(f"o{t}", 1, t, "enterprise") for t in (5, 15, 25, 35, 45)],
+             ("p2", 2, 50, "retail"), *[(f"p{c}", c, 50, "smb") for c in range(3, 10)]], want),
+        ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+
+    # A filter on the dimension prunes the fact (partitioned by the join key) to the keys
+    # whose version matches: 1 and 2 of 9 for retail.
+    pruned = explain_pruning(spark, f"SELECT count(*) FROM {then} WHERE segment = 'retail'")
+    fact = pruned.scan("orders")
+    assert pruned.dynamic_pruning and fact.dynamic_pruning
+    assert (fact.partitions_read, fact.partitions_total) == (2, 9)
+
+    other = Lakehouse(tmp_path / "other")
+    lake_with(other, mode="scd2", columns=[{"name": c} for c in ("id", "name", "seq", "op")],
+              scd2={**CHANGES, "except_columns": ["op", "seq"], "track_history": ["segment"]})
+    with pytest.raises(ConfigValidationError) as info:
+        other.project()
+    text = str(info.value)
+    assert "scd2.track_history: expected columns among the output columns (id, name, op, seq)" \
+        ", found segment" in text
+    assert "expected the sequence_by columns to be kept, found seq in except_columns" in text
+    with pytest.raises(ConfigValidationError, match="expected at most one of track_history and "
+                       "track_history_except, found both"):
+        lake_with(other, mode="scd2", scd2={**SCD2, "track_history": ["name"]})
+        other.project()
