@@ -54,6 +54,7 @@ before the event (its untracked values are its newest event's), nor where tombst
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 
 from pyspark.sql import Column, DataFrame, Window
@@ -109,11 +110,14 @@ class ChangeApplier:
         self.seq = changes.sequence_by
 
     # ------------------------------------------------------------------ one batch
-    def apply(self, batch: DataFrame) -> dict[str, int]:
+    def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None]
+              ) -> dict[str, int]:
         """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
-        figures on the table (rows inserted, updated, deleted)."""
+        figures on the table (rows inserted, updated, deleted). ``append(df, location)``
+        appends the batch's rows to a table once (the job's commit tagged with the batch:
+        a replayed batch appends nothing twice)."""
         events = self.classify(batch).dropDuplicates()
-        self._log(events)
+        self._log(events, append)
         spark = batch.sparkSession
         touched = events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys)
         truncated = events.where(F.col(OP) == ChangeOp.TRUNCATE.value).limit(1).count() > 0 \
@@ -151,12 +155,13 @@ class ChangeApplier:
                 df.schema[c].dataType)).otherwise(F.col(c)).alias(c) if clear else F.col(c))
         return df.select(*columns)
 
-    def _log(self, events: DataFrame) -> None:
-        """Merge the events into the change log; those already there change nothing."""
+    def _log(self, events: DataFrame, append: Callable[[DataFrame, str], None]) -> None:
+        """Add the events to the change log. SCD2's log takes every event, appended once per
+        batch: an event delivered again in another batch is kept twice, which changes nothing
+        (a key's events are folded one per sequence). SCD1's keeps each key's newest event."""
         columns = events.columns
         if self.scd2:
-            same = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in columns)
-            merge_clauses(events, self.log_location, same, ["WHEN NOT MATCHED THEN INSERT *"])
+            append(events, self.log_location)
             return
         # SCD1: a key's newest event (a removal wins a tie), and every truncate.
         removal = F.col(OP) != ChangeOp.UPSERT.value
@@ -273,6 +278,9 @@ class ChangeApplier:
               else F.col(f"n.{c}").alias(c) for c in columns],
             action.alias(_ACTION),
         ).where(F.col(_ACTION).isNotNull())
+        # MERGE reads its source more than once: the difference, which reads the table and the
+        # log, is computed once.
+        diff = diff.persist()
         on_sql = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in match)
         assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in rest)
         names = ", ".join(quote(c) for c in columns)
@@ -283,7 +291,10 @@ class ChangeApplier:
                            f"{assignments}")
         clauses.append(f"WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) "
                        f"VALUES ({values})")
-        return merge_clauses(diff, self.location, on_sql, clauses)
+        try:
+            return merge_clauses(diff, self.location, on_sql, clauses)
+        finally:
+            diff.unpersist()
 
 
 def sql_op(op: ChangeOp) -> str:

@@ -424,7 +424,8 @@ class SilverJob(StreamingJob):
         elif self.applier:
             self.log.debug("silver.changes.applying", keys=self.applier.keys,
                            log=self.changes_table)
-            figures = self.applier.apply(df)
+            figures = self.applier.apply(
+                df, lambda rows, location: self.commits.append(rows, location, batch_id))
             self.log.debug("silver.batch.changes_applied", **figures)
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)

@@ -75,7 +75,7 @@ def reference(spark: SparkSession, rows: list[dict[str, Any]], schema: str) -> D
 def test_scd2_equals_the_reference_for_any_batching(
     spark: SparkSession, tmp_path: Path, size: int | None
 ) -> None:
-    events = ref.changes(seed=11, keys=6, events=80, truncates=2)
+    events = ref.changes(seed=11, keys=5, events=56, truncates=2)
     lakehouse = Lakehouse(tmp_path)
     lake_with(lakehouse, mode="scd2", scd2=SCD2)
     apply(spark, lakehouse, events, size)
@@ -115,7 +115,7 @@ def test_scd2_equals_the_reference_for_any_batching(
 def test_scd1_with_deletes_and_truncates_equals_the_reference(
     spark: SparkSession, tmp_path: Path, size: int | None
 ) -> None:
-    events = ref.changes(seed=12, keys=6, events=80, truncates=2)
+    events = ref.changes(seed=12, keys=5, events=56, truncates=2)
     lakehouse = Lakehouse(tmp_path)
     lake_with(lakehouse, mode="upsert", upsert=CHANGES)
     apply(spark, lakehouse, events, size)
