@@ -54,8 +54,10 @@ before the event (its untracked values are its newest event's), nor where tombst
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from enum import StrEnum
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -110,26 +112,29 @@ class ChangeApplier:
         self.seq = changes.sequence_by
 
     # ------------------------------------------------------------------ one batch
-    def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None]
-              ) -> dict[str, int]:
+    def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None], *,
+              truncated: bool) -> dict[str, int]:
         """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
         figures on the table (rows inserted, updated, deleted). ``append(df, location)``
         appends the batch's rows to a table once (the job's commit tagged with the batch:
-        a replayed batch appends nothing twice)."""
+        a replayed batch appends nothing twice). ``truncated``: the batch holds a truncate
+        (the job counts them with its other figures), so every key is recomputed."""
         events = self.classify(batch).dropDuplicates()
         self._log(events, append)
         spark = batch.sparkSession
-        touched = events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys)
-        truncated = events.where(F.col(OP) == ChangeOp.TRUNCATE.value).limit(1).count() > 0 \
-            if self.changes.truncates else False
         log = spark.read.format("delta").load(self.log_location)
-        if truncated:  # every key
-            keys = log.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys).distinct()
-        else:
-            keys = touched.distinct()
+        # The keys to recompute: the batch's (broadcast: as many as the batch's rows at most,
+        # so the log and the table are read without a shuffle), or every key after a truncate.
+        keys = None if truncated else F.broadcast(
+            events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys))
         rows = self._versions(log, keys) if self.scd2 else self._latest(log, keys)
         table = spark.read.format("delta").load(self.location)
         return self._write_difference(rows, self._of_keys(table, keys))
+
+    def truncate_condition(self) -> Column | None:
+        """Which source rows are truncates (None: the table takes none)."""
+        return F.coalesce(F.expr(self.changes.truncates), F.lit(False)) \
+            if self.changes.truncates else None
 
     def classify(self, batch: DataFrame) -> DataFrame:
         """The batch's rows as events: ``_op`` added, a removal's values cleared, the
@@ -139,9 +144,9 @@ class ChangeApplier:
         if changes.deletes:
             op = F.when(F.coalesce(F.expr(changes.deletes), F.lit(False)),
                         F.lit(ChangeOp.DELETE.value)).otherwise(op)
-        if changes.truncates:
-            op = F.when(F.coalesce(F.expr(changes.truncates), F.lit(False)),
-                        F.lit(ChangeOp.TRUNCATE.value)).otherwise(op)
+        truncate = self.truncate_condition()
+        if truncate is not None:
+            op = F.when(truncate, F.lit(ChangeOp.TRUNCATE.value)).otherwise(op)
         df = batch.withColumn(OP, op).drop(*changes.except_columns)
         kept = {ChangeOp.DELETE.value: {*self.keys, self.seq},
                 ChangeOp.TRUNCATE.value: {self.seq}}
@@ -181,15 +186,12 @@ class ChangeApplier:
                        "WHEN NOT MATCHED THEN INSERT *"])
 
     # ------------------------------------------------------------------ recomputation
-    def _of_keys(self, df: DataFrame, keys: DataFrame) -> DataFrame:
-        """The rows of ``df`` whose key is among ``keys`` (nulls equal)."""
-        on = [df[k].eqNullSafe(keys[k]) for k in self.keys]
-        condition = on[0]
-        for c in on[1:]:
-            condition = condition & c
-        return df.join(keys, condition, "left_semi")
+    def _of_keys(self, df: DataFrame, keys: DataFrame | None) -> DataFrame:
+        """The rows of ``df`` whose key is among ``keys`` (nulls equal; None: every row)."""
+        return df if keys is None else df.join(keys, same_values(df, keys, self.keys),
+                                               "left_semi")
 
-    def _latest(self, log: DataFrame, keys: DataFrame) -> DataFrame:
+    def _latest(self, log: DataFrame, keys: DataFrame | None) -> DataFrame:
         """SCD1: each key's row, when its newest event is an upsert newer than every
         truncate."""
         rows = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
@@ -202,24 +204,28 @@ class ChangeApplier:
                            | (F.col(self.seq) > F.col("_truncated_at")))
         return rows.where(live).drop(OP, "_truncated_at")
 
-    def _versions(self, log: DataFrame, keys: DataFrame) -> DataFrame:
+    def _versions(self, log: DataFrame, keys: DataFrame | None) -> DataFrame:
         """SCD2: each key's versions, folded from its events in sequence order."""
         assert isinstance(self.changes, Scd2)
+        # Every step below groups by key (a key and sequence, a key, a key and version): one
+        # shuffle by key serves them all.
         events = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
         if self.changes.truncates:  # a truncate is a removal of every key at its sequence
             truncates = log.where(F.col(OP) == ChangeOp.TRUNCATE.value).select(self.seq, OP)
             present = events.select(*self.keys).distinct()
             events = events.unionByName(present.crossJoin(truncates), allowMissingColumns=True)
+        events = events.repartition(*self.keys)
         values = [c for c in events.columns if c not in (*self.keys, self.seq, OP)]
         tracked = self._tracked(values)
         steps = events.withColumn(_REMOVAL, F.col(OP) != ChangeOp.UPSERT.value)
         # One step per key and sequence: a removal wins; of different upserts (a contradiction
         # at the source), the greatest by their JSON text, so the choice does not depend on
-        # arrival.
-        tie = Window.partitionBy(*self.keys, self.seq).orderBy(
-            F.col(_REMOVAL).desc(), F.to_json(F.struct(*values)).desc())
-        steps = steps.withColumn("_rank", F.row_number().over(tie)).where("_rank = 1") \
-            .drop("_rank")
+        # arrival. (The first row of each sequence in this order: the same window as the
+        # fold's below, so one sort serves both.)
+        first = Window.partitionBy(*self.keys).orderBy(
+            F.col(self.seq), F.col(_REMOVAL).desc(), F.to_json(F.struct(*values)).desc())
+        steps = steps.withColumn("_first", ~F.lag(self.seq).over(first).eqNullSafe(
+            F.col(self.seq))).where("_first").drop("_first")
         order = Window.partitionBy(*self.keys).orderBy(self.seq)
         state = F.struct(*tracked) if tracked else F.lit(True)
         previous_removal = F.lag(_REMOVAL).over(order)
@@ -260,10 +266,6 @@ class ChangeApplier:
         columns = current.columns
         rows = rows.select(*columns)
         new, old = rows.alias("n"), current.alias("o")
-        on = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in match]
-        condition = on[0]
-        for c in on[1:]:
-            condition = condition & c
         rest = [c for c in columns if c not in match]
         same = F.struct(*[F.col(f"n.{c}") for c in rest]).eqNullSafe(
             F.struct(*[F.col(f"o.{c}") for c in rest])) if rest else F.lit(True)
@@ -273,14 +275,19 @@ class ChangeApplier:
         action = (F.when(F.col("o._in_old").isNull(), F.lit("insert"))
                   .when(F.col("n._in_new").isNull(), F.lit("delete"))
                   .when(~same, F.lit("update")))
+        condition = reduce(operator.and_, [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}"))
+                                           for c in match])
         diff = new.join(old, condition, "full_outer").select(
             *[F.coalesce(F.col(f"n.{c}"), F.col(f"o.{c}")).alias(c) if c in match
               else F.col(f"n.{c}").alias(c) for c in columns],
             action.alias(_ACTION),
         ).where(F.col(_ACTION).isNotNull())
-        # MERGE reads its source more than once: the difference, which reads the table and the
-        # log, is computed once.
-        diff = diff.persist()
+        # The difference (which reads the table and the log) computed once, eagerly, into the
+        # executors' storage: MERGE reads its source more than once, and plans over these rows
+        # instead of the recomputation's plan, which took it longer to plan than to run. Should
+        # an executor holding them be lost, the MERGE fails and the batch is run again, which
+        # recomputes the same difference (a batch's application is idempotent).
+        diff = diff.localCheckpoint(eager=True)
         on_sql = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in match)
         assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in rest)
         names = ", ".join(quote(c) for c in columns)
@@ -291,10 +298,12 @@ class ChangeApplier:
                            f"{assignments}")
         clauses.append(f"WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) "
                        f"VALUES ({values})")
-        try:
-            return merge_clauses(diff, self.location, on_sql, clauses)
-        finally:
-            diff.unpersist()
+        return merge_clauses(diff, self.location, on_sql, clauses)
+
+
+def same_values(left: DataFrame, right: DataFrame, columns: list[str]) -> Column:
+    """``left``'s ``columns`` equal ``right``'s, null equal to null."""
+    return reduce(operator.and_, [left[c].eqNullSafe(right[c]) for c in columns])
 
 
 def sql_op(op: ChangeOp) -> str:

@@ -342,6 +342,9 @@ class SilverJob(StreamingJob):
                     aggs.append(F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
                                 .alias(f"rule:cast:{c.name}"))
         good_cols = [c for c in batch.columns if c != CAST_ERRORS]
+        truncate = self.applier.truncate_condition() if self.applier else None
+        if truncate is not None:  # a batch with a truncate recomputes every key
+            aggs.append(F.count_if(truncate & ~quarantine & ~drop).alias("_truncates"))
 
         if self.spec.dedup:
             assert self.spec.event_time is not None  # checked with the config
@@ -361,7 +364,8 @@ class SilverJob(StreamingJob):
                 assert row is not None
                 metrics = row.asDict()
                 self._check_span(df, metrics, log)
-                self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id)
+                self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id,
+                                 truncated=metrics.pop("_truncates", 0) > 0)
                 if metrics["quarantined"]:
                     data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
                     rows = df.where(quarantine).select(
@@ -411,7 +415,7 @@ class SilverJob(StreamingJob):
                    "more than the delay behind its newest were kept because they came in "
                    "the same batch; read in a later batch they would have been late")
 
-    def _write_good(self, df: DataFrame, batch_id: int) -> None:
+    def _write_good(self, df: DataFrame, batch_id: int, truncated: bool = False) -> None:
         if self.spec.format is TableFormat.PARQUET:
             # The batch's own partition, overwritten: a replayed batch replaces its rows.
             view = f"_silver_batch_{self.table.name}"
@@ -425,7 +429,8 @@ class SilverJob(StreamingJob):
             self.log.debug("silver.changes.applying", keys=self.applier.keys,
                            log=self.changes_table)
             figures = self.applier.apply(
-                df, lambda rows, location: self.commits.append(rows, location, batch_id))
+                df, lambda rows, location: self.commits.append(rows, location, batch_id),
+                truncated=truncated)
             self.log.debug("silver.batch.changes_applied", **figures)
         elif self.spec.mode is WriteMode.UPSERT:
             self._merge(df)

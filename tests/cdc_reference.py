@@ -29,7 +29,7 @@ Rules common to both:
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -262,3 +262,42 @@ def batches(events: Sequence[Event], size: int | None) -> list[list[Event]]:
     if size < 1:
         raise ValueError(f"size: expected a positive number of events or None, found {size}")
     return [list(events[i:i + size]) for i in range(0, len(events), size)]
+
+
+def kinds(events: Sequence[Event]) -> Counter[str]:
+    """What a stream (in order of arrival) holds, to check a test's stream covers each case:
+    ``inserts``, ``reinserts`` (after a delete or truncate), ``tracked`` (a tracked column
+    changed), ``untracked`` (only the note changed), ``same`` (the same row at a new
+    sequence), ``deletes``, ``truncates``, ``duplicates`` (an event received again) and
+    ``late`` (an event received after one of a greater sequence)."""
+    counts: Counter[str] = Counter()
+    received: list[Event] = []
+    newest = 0
+    for event in events:
+        counts["duplicates"] += event in received
+        counts["late"] += event.sequence < newest
+        received += [] if event in received else [event]
+        newest = max(newest, event.sequence)
+    rows: dict[Key, Mapping[str, Any] | None] = {}
+    for event in sorted(received, key=lambda e: e.sequence):
+        if event.op is Op.TRUNCATE:
+            counts["truncates"] += 1
+            rows = dict.fromkeys(rows)
+            continue
+        if event.op is Op.DELETE:
+            counts["deletes"] += 1
+            rows[event.key] = None
+            continue
+        before = rows.get(event.key)
+        if event.key not in rows:
+            counts["inserts"] += 1
+        elif before is None:
+            counts["reinserts"] += 1
+        elif any(before[c] != event.values[c] for c in TRACKED):
+            counts["tracked"] += 1
+        elif any(before[c] != event.values[c] for c in UNTRACKED):
+            counts["untracked"] += 1
+        else:
+            counts["same"] += 1
+        rows[event.key] = event.values
+    return counts

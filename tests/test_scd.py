@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from framework.config.model import Layer
 from framework.errors import ConfigValidationError
-from framework.job import RunContext, RunStatus
+from framework.job import RunContext, RunStatus, TableRunSummary
 from silver.job import SilverJob
 from tests import cdc_reference as ref
 from tests.support import Lakehouse, bronze_spec, write_delta_commits
@@ -45,7 +45,7 @@ def lake_with(lakehouse: Lakehouse, **silver: Any) -> None:
 
 
 def apply(spark: SparkSession, lakehouse: Lakehouse, events: Sequence[ref.Event],
-          size: int | None) -> SilverJob:
+          size: int | None) -> TableRunSummary:
     """The events written to bronze one commit per batch of ``size``, then one silver run."""
     project = lakehouse.project()
     write_delta_commits(spark, project.table("customers", Layer.BRONZE).location,
@@ -54,7 +54,7 @@ def apply(spark: SparkSession, lakehouse: Lakehouse, events: Sequence[ref.Event]
     job = SilverJob(spark, project.table("customers", Layer.SILVER), RunContext())
     summary = job.run()
     assert summary.status is RunStatus.SUCCEEDED, summary.error
-    return job
+    return summary
 
 
 def table(spark: SparkSession, lakehouse: Lakehouse) -> DataFrame:
@@ -71,19 +71,32 @@ def reference(spark: SparkSession, rows: list[dict[str, Any]], schema: str) -> D
     return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
 
 
-@pytest.mark.parametrize("size", [7, None])
+# One stream for every batching: each case at least once, a fifth of the events late.
+STREAM = ref.changes(seed=20, keys=4, events=28, truncates=1)
+
+
+def test_the_stream_holds_every_case() -> None:
+    assert sorted(ref.kinds(STREAM).items()) == [
+        ("deletes", 3), ("duplicates", 4), ("inserts", 3), ("late", 8), ("reinserts", 4),
+        ("same", 1), ("tracked", 7), ("truncates", 1), ("untracked", 5)]
+
+
+@pytest.mark.parametrize("size", [1, 7, None])
 def test_scd2_equals_the_reference_for_any_batching(
     spark: SparkSession, tmp_path: Path, size: int | None
 ) -> None:
-    events = ref.changes(seed=11, keys=5, events=56, truncates=2)
+    """Batches of one event, of 7 and all at once: each result equals the reference, so the
+    three are equal."""
+    events = STREAM
     lakehouse = Lakehouse(tmp_path)
     lake_with(lakehouse, mode="scd2", scd2=SCD2)
-    apply(spark, lakehouse, events, size)
+    summary = apply(spark, lakehouse, events, size)
+    assert summary.batches == len(ref.batches(events, size))
     want = reference(spark, ref.scd2(events, keys=ref.KEYS,
                                      track_history_except=ref.UNTRACKED), VERSION_COLUMNS)
     assert_df_equality(versions(spark, lakehouse), want, ignore_row_order=True,
                        ignore_nullable=True)
-    if size is None:
+    if size != 7:
         return
     # A driver killed after the last batch's MERGE, before its commit: the batch runs again
     # and changes nothing (the log and the table are written idempotently).
@@ -115,7 +128,7 @@ def test_scd2_equals_the_reference_for_any_batching(
 def test_scd1_with_deletes_and_truncates_equals_the_reference(
     spark: SparkSession, tmp_path: Path, size: int | None
 ) -> None:
-    events = ref.changes(seed=12, keys=5, events=56, truncates=2)
+    events = STREAM
     lakehouse = Lakehouse(tmp_path)
     lake_with(lakehouse, mode="upsert", upsert=CHANGES)
     apply(spark, lakehouse, events, size)
