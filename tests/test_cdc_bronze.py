@@ -1,11 +1,16 @@
 """``cdc: debezium`` on bronze feeds: Debezium change events (both JSON shapes) landed as rows
 with ``_cdc_op``, ``_cdc_ts_ms`` and ``_cdc_sequence``; malformed envelopes quarantined with
-their reason; Kafka tombstones skipped and counted; configuration errors said clearly."""
+their reason; Kafka tombstones skipped and counted; configuration errors said clearly. End to
+end: a Postgres table's Debezium stream (snapshot, changes, deletes with their tombstones,
+duplicates, late events) through a real broker, bronze and a silver ``mode: scd2`` table, equal
+to the plain-Python reference (tests/cdc_reference.py)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ from framework.config.model import Layer
 from framework.errors import ConfigError, ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.layers import job_class
+from tests import cdc_reference as ref
 from tests.kafka_broker import Broker, kafka_broker
 from tests.support import Lakehouse
 
@@ -27,13 +33,15 @@ EXPECTED_SCHEMA = f"{ROW_SCHEMA}, _cdc_op STRING, _cdc_ts_ms BIGINT, _cdc_sequen
                   "_rescued_data STRING"
 FILE_COLUMNS = ["_source_file", "_file_modification_time", "_file_size", "_ingested_at",
                 "_batch_id"]
+Record = tuple[int, bytes | None, bytes | None]  # (partition, key, value), as produced
 KAFKA_COLUMNS = ["_topic", "_partition", "_offset", "_kafka_timestamp", "_key", "_ingested_at",
                  "_batch_id"]
 
 
-def event(op: str | None, *, before: Any = None, after: Any = None, ts_ms: int | None = 1000,
+def event(op: str | None, *, before: Any = None, after: Any = None, ts_ms: Any = 1000,
           source: dict[str, Any] | None = None, wrapped: bool = False) -> dict[str, Any]:
-    """A Debezium change event: payload only, or ``{"schema": ..., "payload": ...}``."""
+    """A Debezium change event: payload only, or ``{"schema": ..., "payload": ...}``; ``ts_ms``
+    any JSON value (a bad one is quarantined)."""
     payload: dict[str, Any] = {"before": before, "after": after,
                                "source": {"connector": "postgresql", "db": "shop",
                                           **(source or {})},
@@ -62,9 +70,9 @@ def cdc_feed(landing: str, cdc: Any, **extra: Any) -> dict[str, Any]:
                        "clean_source": "off"}, "cdc": cdc, **extra}
 
 
-def run(spark: SparkSession, lakehouse: Lakehouse, name: str, ok: bool = True
-        ) -> TableRunSummary:
-    table = lakehouse.project().table(name, Layer.BRONZE)
+def run(spark: SparkSession, lakehouse: Lakehouse, name: str, ok: bool = True,
+        layer: Layer = Layer.BRONZE) -> TableRunSummary:
+    table = lakehouse.project().table(name, layer)
     summary = job_class(table)(spark, table, RunContext()).run()
     if ok:
         assert summary.status is RunStatus.SUCCEEDED, summary.error
@@ -229,7 +237,8 @@ def test_change_events_from_kafka_with_a_tombstone_skipped_and_counted(
         (b'{"id":2}', event("d", before=person(2, "Bob", 41), ts_ms=2200,
                             source={"lsn": 220})),
     ]
-    records = [(i % 2, key, json.dumps(e).encode()) for i, (key, e) in enumerate(events)]
+    records: list[Record] = [(i % 2, key, json.dumps(e).encode())
+                             for i, (key, e) in enumerate(events)]
     # the tombstone Debezium sends after a delete (same key, no value), and a bad envelope
     records += [(0, b'{"id":2}', None), (1, b'{"id":9}', b'{"op": "c", "after": null}')]
     assert broker.produce("shop.public.customers", records) == 7
@@ -327,3 +336,138 @@ def test_invalid_cdc_configuration_of_a_kafka_feed_and_its_row(
         sequence_types(CdcSpec.model_validate({"format": "debezium",
                                                "sequence": ["source.scn NUMBERISH"]}))
     assert info.value.key == "cdc.sequence[0]"
+
+
+# ---------------------------------------------------------------------- Debezium into SCD2
+ACCOUNT_SCHEMA = "id BIGINT, name STRING, segment STRING, note STRING"
+ACCOUNT_TOPIC = "shop.public.accounts"
+PARTITIONS = 3  # Debezium's records of one key go to one partition (the key's hash)
+SNAPSHOT_LSN = 23_000_000  # the snapshot's position; a change k of the stream is at + 8k
+SNAPSHOT = {0: {"name": "Ada", "segment": "retail", "note": "s0"},
+            1: {"name": "Bo", "segment": "smb", "note": "s1"},
+            2: {"name": "Cy", "segment": "enterprise", "note": "s2"}}
+ACCOUNT_VERSIONS = f"{ACCOUNT_SCHEMA}, __start_at BIGINT, __end_at BIGINT, " \
+                   "__is_current BOOLEAN, __deleted BOOLEAN"
+
+
+@dataclass
+class DebeziumStream:
+    """A Postgres table's change stream as Debezium sends it to Kafka (REPLICA IDENTITY FULL:
+    ``before`` holds the whole old row), cut into rounds of records in order of arrival."""
+
+    events: list[ref.Event]  # every change event sent (duplicates included)
+    rounds: list[list[Record]]  # a tombstone's value is None
+    sent: list[tuple[int, str, int]]  # (id, op, lsn) of each change event sent
+    cases: Counter[str]  # what the stream holds, to check that it covers what it should
+
+
+def debezium_stream(seed: int, cuts: Sequence[int]) -> DebeziumStream:
+    """The snapshot (op r, one position for every row), then ``ref.changes`` over the same keys,
+    its sequences made positions after the snapshot's, delivered in its order (late events
+    and exact duplicates, which Debezium re-sends after a restart, included); cut at ``cuts``
+    (events delivered) into rounds.
+
+    An event's op follows the row's state at its position: r in the snapshot, then c (no row),
+    u (``before``: the row it replaces) or d (``before``: the row it removes, then a tombstone).
+    Debezium deletes only a row that exists: a delete of an absent key is left out."""
+    snapshot = [ref.Event((k,), SNAPSHOT_LSN, ref.Op.UPSERT, v) for k, v in SNAPSHOT.items()]
+    stream = [replace(e, sequence=SNAPSHOT_LSN + 8 * e.sequence)
+              for e in ref.changes(seed, keys=6, events=40, late_fraction=0.3)]
+    cases: Counter[str] = Counter()
+    rows: dict[ref.Key, dict[str, Any]] = {}
+    deleted: set[ref.Key] = set()
+    messages: dict[tuple[ref.Key, int], tuple[str, bytes]] = {}  # (op, value) of an event
+    for e in [*snapshot, *sorted({e.sequence: e for e in stream}.values(),
+                                  key=lambda e: e.sequence)]:
+        before = rows.pop(e.key, None)
+        if e.op is ref.Op.DELETE:
+            if before is None:
+                continue
+            op = "d"
+            deleted.add(e.key)
+        else:
+            rows[e.key] = {"id": e.key[0], **e.values}
+            op = "r" if e.sequence == SNAPSHOT_LSN else "u" if before else "c"
+            cases["insert after a delete"] += op == "c" and e.key in deleted
+            if before:
+                changed = {c for c in e.values if e.values[c] != before[c]}
+                cases["tracked update" if changed - set(ref.UNTRACKED) else
+                      "untracked update" if changed else "same row"] += 1
+        envelope = event(op, before=before, after=rows.get(e.key),
+                         ts_ms=1_700_000_000_000 + e.sequence,
+                         source={"lsn": e.sequence, "table": "accounts",
+                                 **({"snapshot": "true"} if op == "r" else {})})
+        messages[e.key, e.sequence] = op, json.dumps(envelope).encode()
+
+    arrivals = [e for e in (*snapshot, *stream) if (e.key, e.sequence) in messages]
+    bounds = [0, *cuts, len(arrivals)]
+    rounds: list[list[Record]] = [[] for _ in bounds[1:]]
+    newest: dict[ref.Key, tuple[int, int]] = {}  # per key: the greatest position, its round
+    for i, e in enumerate(arrivals):
+        at = sum(i >= b for b in bounds[1:-1])
+        (op, value), key = messages[e.key, e.sequence], json.dumps({"id": e.key[0]}).encode()
+        rounds[at] += [(e.key[0] % PARTITIONS, key, value)] + \
+            [(e.key[0] % PARTITIONS, key, None)] * (op == "d")
+        seen, round_seen = newest.get(e.key, (-1, at))
+        cases["late"] += seen > e.sequence
+        cases["late across rounds"] += seen > e.sequence and round_seen < at
+        if seen < e.sequence:
+            newest[e.key] = e.sequence, at
+    sent = [(e.key[0], messages[e.key, e.sequence][0], e.sequence) for e in arrivals]
+    cases["duplicate"] = len(sent) - len(set(sent))
+    cases["delete"] = sum(op == "d" for _, op, _ in sent)
+    return DebeziumStream(arrivals, rounds, sent, cases)
+
+
+@pytest.mark.xdist_group("kafka")
+def test_debezium_changes_through_kafka_into_an_scd2_table_equal_the_reference(
+    spark: SparkSession, lakehouse: Lakehouse, broker: Broker
+) -> None:
+    stream = debezium_stream(seed=4, cuts=(24,))
+    assert {c: stream.cases[c] for c in (
+        "insert after a delete", "tracked update", "untracked update", "delete", "duplicate",
+        "late", "late across rounds")} == {
+        "insert after a delete": 4, "tracked update": 8, "untracked update": 12, "delete": 7,
+        "duplicate": 5, "late": 12, "late across rounds": 4}
+    broker.create_topic(ACCOUNT_TOPIC, PARTITIONS)
+    lakehouse.add_table("bronze", "accounts", {
+        "description": "accounts, from Debezium (Postgres) on Kafka",
+        "source": {"format": "kafka", "bootstrap_servers": broker.bootstrap,
+                   "topics": [ACCOUNT_TOPIC], "schema": ACCOUNT_SCHEMA},
+        "cdc": {"format": "debezium", "sequence": ["source.lsn"]}})
+    lakehouse.add_table("silver", "accounts", {
+        "description": "accounts, a version per change of name or segment",
+        "source": "accounts",
+        "columns": [{"name": c} for c in ("id", "name", "segment", "note", "_cdc_op",
+                                          "_cdc_sequence")],
+        "mode": "scd2",
+        "scd2": {"keys": ["id"], "sequence_by": "_cdc_sequence", "deletes": "_cdc_op = 'd'",
+                 "track_history_except": ["note"], "except_columns": ["_cdc_op"]}})
+
+    # Each round produced, then bronze and silver run (availableNow): a micro-batch each.
+    bronze, silver = [], []
+    for records in stream.rounds:
+        assert broker.produce(ACCOUNT_TOPIC, records) == len(records)
+        bronze.append(run(spark, lakehouse, "accounts"))
+        silver.append(run(spark, lakehouse, "accounts", layer=Layer.SILVER))
+
+    # Bronze: every change event sent, duplicates included; each tombstone skipped, counted.
+    assert [(s.rows_in, s.rows_out, s.counts["quarantined_rows"], s.counts["cdc_tombstones"])
+            for s in bronze] == [(26, 24, 0, 2), (24, 19, 0, 5)]
+    project = lakehouse.project()
+    landed = spark.table(project.table("accounts", Layer.BRONZE).full_name)
+    assert_df_equality(landed.select("id", "_cdc_op", "_cdc_sequence"),
+                       spark.createDataFrame(stream.sent, "id BIGINT, _cdc_op STRING, "
+                                             "_cdc_sequence BIGINT"),
+                       ignore_row_order=True, ignore_nullable=True)
+    # Silver: one micro-batch per round, each bronze row read once; the reference's versions.
+    assert [(s.batches, s.rows_in) for s in silver] == [(1, 24), (1, 19)]
+    want = ref.scd2(stream.events, keys=["id"], track_history_except=ref.UNTRACKED)
+    assert (len(want), sum(r["__deleted"] for r in want),
+            sum(r["__is_current"] for r in want)) == (18, 6, 4)
+    got = spark.table(project.table("accounts", Layer.SILVER).full_name)
+    assert "_cdc_op" not in got.columns
+    names = [c.split()[0] for c in ACCOUNT_VERSIONS.split(", ")]
+    assert_df_equality(got.select(*names), spark.createDataFrame(
+        [tuple(r[n] for n in names) for r in want], ACCOUNT_VERSIONS),
+        ignore_row_order=True, ignore_nullable=True)
