@@ -64,16 +64,18 @@ def interval_seconds(text: str) -> int:
 
 
 def split_commits_advice(table: str, source: str, uses: str, max_files: int | None,
-                         max_bytes: str | None) -> list[str]:
-    """The warning for a query with a watermark (``uses``: what it does with event time) that
-    reads ``source`` with a limit; none without one."""
+                         max_bytes: str | None, reason: str = SPLIT_COMMITS,
+                         whole: str = "no on-time row is dropped") -> list[str]:
+    """The warning for a query that needs whole upstream commits (``uses``: what it does with
+    them; ``reason``: what a split commit costs it, ``whole``: what whole ones guarantee; by
+    default a watermark's) and reads ``source`` with a limit; none without one."""
     limit = (f"max_files_per_trigger: {max_files}" if max_files else
              f"max_bytes_per_trigger: {max_bytes}" if max_bytes else "")
     if not limit:
         return []
-    return [f"{table} {uses} and reads {source} with {limit}: {SPLIT_COMMITS}; without the "
-            "limit each micro-batch reads whole upstream commits and no on-time row is "
-            "dropped (keep the limit only if every upstream commit is one file)"]
+    return [f"{table} {uses} and reads {source} with {limit}: {reason}; without the "
+            f"limit each micro-batch reads whole upstream commits and {whole} (keep the limit "
+            "only if every upstream commit is one file)"]
 
 
 def describe_seconds(seconds: float) -> str:

@@ -454,15 +454,15 @@ class StreamingJob(Job):
         """The streaming DataFrame this job consumes."""
 
     def read_table_stream(self, layer: Layer, name: str, *, max_files: int | None = None,
-                          max_bytes: str | None = None, whole_commits: bool = False
-                          ) -> DataFrame:
+                          max_bytes: str | None = None, whole_commits: bool = False,
+                          split_reason: str = SPLIT_COMMITS) -> DataFrame:
         """A stream of the configured Delta table ``layer.name``, read by its location; an
         upstream table that was never written is a clear error, not an empty stream.
 
-        ``whole_commits``: the query keeps a watermark, so each micro-batch reads every
-        upstream commit available when it starts, whole (see :mod:`framework.eventtime`). A
-        limit given explicitly is applied, with a warning (``medallion validate`` gives it
-        too)."""
+        ``whole_commits``: the query needs whole upstream commits (it keeps a watermark, say),
+        so each micro-batch reads every upstream commit available when it starts, whole (see
+        :mod:`framework.eventtime`). A limit given explicitly is applied, with a warning giving
+        ``split_reason`` (``medallion validate`` gives it too)."""
         location = self.table.env.path("tables", layer.value, name)
         if not is_delta_table(self.spark, location):
             raise JobError(self.table.full_name, "read",
@@ -476,7 +476,7 @@ class StreamingJob(Job):
         if whole_commits and (max_files or max_bytes):
             self.log.warning("stream.read.may_split_commits", source=f"{layer.value}.{name}",
                              max_files_per_trigger=max_files, max_bytes_per_trigger=max_bytes,
-                             reason=SPLIT_COMMITS)
+                             reason=split_reason)
         elif whole_commits:
             reader = reader.option("maxBytesPerTrigger", ALL_AVAILABLE)
         return reader.load(location)

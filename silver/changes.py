@@ -50,6 +50,12 @@ their order of arrival or on where batches were cut, and a replayed batch change
 
 The log is what a late event needs: the table alone does not say what a split version held
 before the event (its untracked values are its newest event's), nor where tombstones lie.
+
+A source of full snapshots (``snapshot_by`` in place of ``sequence_by``) has no events of its
+own: :mod:`silver.snapshots` derives them in place of step 1 (an upsert of each key new or
+changed in a snapshot, a delete of each key gone from it, at the snapshot's id), and its log
+keeps every event for SCD1 too (``every_event``: the state before a snapshot is read from the
+log's history). Steps 2 to 4 are the same.
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ def table_schema(changes: Changes, rows: StructType) -> StructType:
     ``except_columns``, then (SCD2) the four version columns."""
     fields = [f for f in rows.fields if f.name not in changes.except_columns]
     if isinstance(changes, Scd2):
-        seq = next(f.dataType for f in fields if f.name == changes.sequence_by)
+        seq = next(f.dataType for f in fields if f.name == changes.sequence)
         fields += [StructField(START_AT, seq), StructField(END_AT, seq),
                    StructField(IS_CURRENT, BooleanType()), StructField(DELETED, BooleanType())]
     return StructType(fields)
@@ -109,7 +115,9 @@ class ChangeApplier:
         self.log_location = log_location
         self.scd2 = isinstance(changes, Scd2)
         self.keys = list(changes.keys)
-        self.seq = changes.sequence_by
+        self.seq = changes.sequence
+        # The log keeps every event (SCD2's history needs them); else each key's newest.
+        self.every_event = self.scd2
 
     # ------------------------------------------------------------------ one batch
     def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None], *,
@@ -161,11 +169,12 @@ class ChangeApplier:
         return df.select(*columns)
 
     def _log(self, events: DataFrame, append: Callable[[DataFrame, str], None]) -> None:
-        """Add the events to the change log. SCD2's log takes every event, appended once per
-        batch: an event delivered again in another batch is kept twice, which changes nothing
-        (a key's events are folded one per sequence). SCD1's keeps each key's newest event."""
+        """Add the events to the change log. SCD2's log (and any that keeps ``every_event``)
+        takes every event, appended once per batch: an event delivered again in another batch
+        is kept twice, which changes nothing (a key's events are folded one per sequence).
+        SCD1's keeps each key's newest event."""
         columns = events.columns
-        if self.scd2:
+        if self.every_event:
             append(events, self.log_location)
             return
         # SCD1: a key's newest event (a removal wins a tie), and every truncate.
@@ -195,6 +204,14 @@ class ChangeApplier:
         """SCD1: each key's row, when its newest event is an upsert newer than every
         truncate."""
         rows = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
+        if self.every_event:  # a key's newest event: a removal wins a tie, then (a
+            # contradiction at the source) the greatest values by their JSON text, as SCD2's
+            values = [c for c in rows.columns if c not in (*self.keys, self.seq, OP)]
+            newest = Window.partitionBy(*self.keys).orderBy(
+                F.col(self.seq).desc(), (F.col(OP) != ChangeOp.UPSERT.value).desc(),
+                *([F.to_json(F.struct(*values)).desc()] if values else []))
+            rows = rows.withColumn("_rank", F.row_number().over(newest)) \
+                .where("_rank = 1").drop("_rank")
         live = F.col(OP) == ChangeOp.UPSERT.value
         if self.changes.truncates:
             last = log.where(F.col(OP) == ChangeOp.TRUNCATE.value) \

@@ -55,7 +55,9 @@ from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
 from silver.changes import ChangeApplier, log_schema, table_schema
+from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import (
+    SPLIT_SNAPSHOTS,
     Action,
     ColumnSpec,
     Expectation,
@@ -146,8 +148,10 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
                                         f"(a boolean), found {e.rule!r} of type "
                                         f"{kind.simpleString()}", key=f"expectations[{i}].rule"))
     planned = StructType([f for f in out.schema.fields if f.name != CAST_ERRORS])
-    if spec.changes and not spec.changes.check_columns(spec.mode.value, set(planned.names)):
-        planned = table_schema(spec.changes, planned)
+    changes = spec.changes
+    if changes and not changes.check_settings(spec.mode.value) \
+            and not changes.check_columns(spec.mode.value, set(planned.names)):
+        planned = table_schema(changes, planned)
     return planned, problems
 
 
@@ -187,12 +191,20 @@ class SilverJob(StreamingJob):
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
         self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
-        # A change without a sequence has no place in its key's history: it is quarantined.
+        # A change without a sequence has no place in its key's history: it is quarantined;
+        # so is a snapshot without an id, or older than the newest applied (silver.snapshots).
         changes = self.spec.changes
-        logged = changes is not None and (changes.removals or self.spec.mode is WriteMode.SCD2)
-        self.rules = [*self.spec.expectations, *([Expectation(
-            name=f"has_{changes.sequence_by}", rule=f"{quote(changes.sequence_by)} IS NOT NULL",
-            action=Action.QUARANTINE)] if changes and logged else [])]
+        snapshots = changes is not None and changes.snapshot_by is not None
+        logged = changes is not None and (changes.removals or snapshots
+                                          or self.spec.mode is WriteMode.SCD2)
+        implicit = []
+        if changes and logged:
+            implicit.append(Expectation(name=f"has_{changes.sequence}", action=Action.QUARANTINE,
+                                        rule=f"{quote(changes.sequence)} IS NOT NULL"))
+        if snapshots:  # the column is added to each batch (_mark_snapshot_order)
+            implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
+                                        action=Action.QUARANTINE))
+        self.rules = [*self.spec.expectations, *implicit]
         # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
         # the query writes through Delta's streaming sink, which is exactly-once by itself, and
         # counts its rows with an observed metric instead of a Python call per batch. A table
@@ -204,13 +216,21 @@ class SilverJob(StreamingJob):
         # Changes with removals or versions go through a change log beside the table (see
         # silver.changes); a plain upsert is one MERGE.
         self.changes_table = self.table.qualified("changes")
-        self.applier = ChangeApplier(changes, self.table.location,
-                                     self.table.companion_location("changes")) \
-            if changes and logged else None
+        log_location = self.table.companion_location("changes")
+        self.snapshots = SnapshotApplier(changes, self.table.location, log_location) \
+            if changes and snapshots else None
+        self.applier = self.snapshots or (
+            ChangeApplier(changes, self.table.location, log_location)
+            if changes and logged else None)
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
         src = self.spec.source
+        if self.snapshots:  # a snapshot is taken whole from the micro-batch that holds it
+            return self.read_table_stream(
+                src.layer, src.table, max_files=src.max_files_per_trigger,
+                max_bytes=src.max_bytes_per_trigger, whole_commits=True,
+                split_reason=SPLIT_SNAPSHOTS)
         return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger,
                                       max_bytes=src.max_bytes_per_trigger,
                                       whole_commits=self.spec.dedup is not None)
@@ -305,6 +325,8 @@ class SilverJob(StreamingJob):
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         log = self.log.bind(batch_id=batch_id)
+        if self.snapshots:
+            batch = self._mark_snapshot_order(batch, batch_id, log)
         rules = self.rules
         broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in rules}
         df = batch
@@ -341,7 +363,7 @@ class SilverJob(StreamingJob):
                 if c.type:
                     aggs.append(F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
                                 .alias(f"rule:cast:{c.name}"))
-        good_cols = [c for c in batch.columns if c != CAST_ERRORS]
+        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
         truncate = self.applier.truncate_condition() if self.applier else None
         if truncate is not None:  # a batch with a truncate recomputes every key
             aggs.append(F.count_if(truncate & ~quarantine & ~drop).alias("_truncates"))
@@ -396,6 +418,18 @@ class SilverJob(StreamingJob):
               dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
               broken_rules=rule_counts)
 
+    def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
+        """``batch`` with the rule ``snapshot_in_order``'s column, against the newest
+        snapshot the change log held before this batch: before this batch's own commit to it,
+        for a batch replayed after a crash (so that it decides as the first run did)."""
+        assert self.snapshots is not None
+        replayed_at = self.commits.version(self.snapshots.log_location, batch_id) \
+            if batch_id in self.commits.replayable else None
+        newest = self.snapshots.newest_applied(batch.sparkSession, replayed_at)
+        log.debug("silver.snapshots.newest_applied", snapshot=str(newest),
+                  replayed=replayed_at is not None)
+        return self.snapshots.mark_order(batch, newest)
+
     def _check_span(self, batch: DataFrame, metrics: dict[str, Any], log: Any) -> None:
         """Warn about a batch whose event time spans more than the watermark's delay, with
         the rows more than the delay behind its newest one: this batch keeps them, but had
@@ -442,7 +476,7 @@ class SilverJob(StreamingJob):
         sees two source rows for one target row, and an older row never overwrites a newer."""
         upsert = self.spec.upsert
         assert upsert is not None
-        keys, seq = upsert.keys, upsert.sequence_by
+        keys, seq = upsert.keys, upsert.sequence
         latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
         source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
             .drop("_rank", *upsert.except_columns)

@@ -39,6 +39,11 @@ from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import check_interval, split_commits_advice
 
+# Why a table of full snapshots reads whole upstream commits (see silver.snapshots).
+SPLIT_SNAPSHOTS = ("a file or byte limit can split an upstream commit of several files across "
+                   "micro-batches: each part is then taken for the whole snapshot, and the keys "
+                   "of the other parts are deleted")
+
 
 class Action(StrEnum):
     """What happens to a row that breaks an expectation."""
@@ -101,10 +106,16 @@ class Changes(Model):
     ``keys`` name the entity, ``sequence_by`` orders its changes (the order at the source, not
     of arrival). A row for which ``deletes`` holds removes its key at its sequence; one for
     which ``truncates`` holds removes every key at its sequence. ``except_columns`` are read
-    (by the conditions, say) but not written to the table."""
+    (by the conditions, say) but not written to the table.
+
+    A source of full snapshots names ``snapshot_by`` instead of ``sequence_by``: the column
+    that tells the extract a row belongs to and orders the extracts; the changes are derived
+    between consecutive snapshots (see :mod:`silver.snapshots`), so ``deletes`` and
+    ``truncates`` have no place there."""
 
     keys: list[Identifier] = Field(min_length=1)
-    sequence_by: Identifier
+    sequence_by: Identifier | None = None
+    snapshot_by: Identifier | None = None
     deletes: str | None = Field(default=None, min_length=1)
     truncates: str | None = Field(default=None, min_length=1)
     except_columns: list[Identifier] = Field(default_factory=list)
@@ -113,6 +124,31 @@ class Changes(Model):
     def removals(self) -> bool:
         return bool(self.deletes or self.truncates)
 
+    @property
+    def sequence(self) -> str:
+        """The column that orders a key's events: ``sequence_by``, or ``snapshot_by`` (the
+        events derived from a snapshot are at its id). Only one is set (:meth:`check_settings`);
+        neither, on a spec that failed its checks, is an empty name."""
+        return self.sequence_by or self.snapshot_by or ""
+
+    def check_settings(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, message) for each setting that does not fit the others."""
+        problems = []
+        if self.sequence_by and self.snapshot_by:
+            problems.append((f"{prefix}.snapshot_by", "expected either sequence_by (rows are "
+                             "changes) or snapshot_by (rows are full snapshots), found both"))
+        elif not (self.sequence_by or self.snapshot_by):
+            problems.append((prefix, "expected sequence_by (the column ordering the changes "
+                             "of a key) or snapshot_by (the column naming the full snapshot "
+                             "a row belongs to), found neither"))
+        if self.snapshot_by:
+            for key, text in (("deletes", self.deletes), ("truncates", self.truncates)):
+                if text:
+                    problems.append((f"{prefix}.{key}", f"expected no {key} with snapshot_by "
+                                     f"(the removals are derived: a key absent from a snapshot "
+                                     f"is deleted), found {text!r}"))
+        return problems
+
     def sql_texts(self, prefix: str) -> list[SqlText]:
         return [SqlText(f"{prefix}.{name}", SqlKind.EXPRESSION, text)
                 for name, text in (("deletes", self.deletes), ("truncates", self.truncates))
@@ -120,8 +156,11 @@ class Changes(Model):
 
     def named_columns(self) -> list[tuple[str, list[str]]]:
         """(key, columns) for each setting that names columns."""
-        return [("keys", self.keys), ("sequence_by", [self.sequence_by]),
-                ("except_columns", self.except_columns)]
+        return [("keys", self.keys), *self._ordering(), ("except_columns", self.except_columns)]
+
+    def _ordering(self) -> list[tuple[str, list[str]]]:
+        return [(key, [column]) for key, column in (("sequence_by", self.sequence_by),
+                                                    ("snapshot_by", self.snapshot_by)) if column]
 
     def check_columns(self, prefix: str, columns: set[str]) -> list[tuple[str, str]]:
         """(key, message) for each named column that is not among ``columns``."""
@@ -133,7 +172,7 @@ class Changes(Model):
                                  f"columns ({', '.join(sorted(columns))}), found "
                                  f"{', '.join(missing)}"))
         kept = set(self.except_columns)
-        for key, cols in (("keys", self.keys), ("sequence_by", [self.sequence_by])):
+        for key, cols in (("keys", self.keys), *self._ordering()):
             dropped = [c for c in cols if c in kept]
             if dropped:
                 problems.append((f"{prefix}.except_columns", f"expected the {key} columns to be "
@@ -232,11 +271,16 @@ class SilverTableSpec(TableSpec):
         return texts
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
+        src = self.source
+        source = project.env.table_name(src.layer, src.table)
+        if self.changes and self.changes.snapshot_by:
+            return split_commits_advice(table.full_name, source,
+                                        "derives changes from full snapshots",
+                                        src.max_files_per_trigger, src.max_bytes_per_trigger,
+                                        SPLIT_SNAPSHOTS, "each snapshot arrives whole")
         if self.dedup is None:
             return []
-        src = self.source
-        return split_commits_advice(table.full_name, project.env.table_name(src.layer,
-                                    src.table), "deduplicates with a watermark",
+        return split_commits_advice(table.full_name, source, "deduplicates with a watermark",
                                     src.max_files_per_trigger, src.max_bytes_per_trigger)
 
     def check(self, table: Table) -> list[ConfigError]:
@@ -273,6 +317,14 @@ class SilverTableSpec(TableSpec):
             elif self.mode is not mode and block is not None:
                 problem(mode.value, f"expected {mode.value}: only with mode {mode.value}, found "
                         f"it with mode {self.mode.value}")
+        changes = self.changes
+        if changes:
+            for key, message in changes.check_settings(self.mode.value):
+                problem(key, message)
+            if changes.snapshot_by and self.dedup:
+                problem("dedup", "expected no dedup with snapshot_by (every snapshot holds "
+                        "each key again, and dedup would drop it from all but the first), "
+                        f"found dedup on {', '.join(self.dedup.keys)}")
         if self.dedup and not self.event_time:
             problem("event_time", "expected event_time with dedup (the watermark needs it), "
                     "found none")

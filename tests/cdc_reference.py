@@ -199,6 +199,35 @@ def scd2(events: Iterable[Event], *, keys: Sequence[str],
     return rows
 
 
+def snapshot_changes(snapshots: Mapping[Any, Iterable[Row]], *,
+                     keys: Sequence[str]) -> list[Event]:
+    """The events between consecutive full snapshots (``snapshot_by`` in silver): each
+    snapshot, taken in order of its id (the mapping's key), is compared with the one before it
+    (nothing, for the first). A key that is new or whose values changed is an upsert at the
+    snapshot's id, with the snapshot's values (every column but ``keys``); a key present before
+    and absent now is a delete at the snapshot's id. A snapshot equal to the one before it
+    gives no event. The same row twice in one snapshot counts once; two rows of a key with
+    different values are a contradiction in the extract and raise ``ValueError``.
+
+    The SCD tables of a snapshot source are :func:`scd1` and :func:`scd2` of these events.
+    """
+    events: list[Event] = []
+    before: dict[Key, dict[str, Any]] = {}
+    for sequence in sorted(snapshots):
+        now: dict[Key, dict[str, Any]] = {}
+        for row in snapshots[sequence]:
+            key = tuple(row[k] for k in keys)
+            values = {c: v for c, v in row.items() if c not in keys}
+            if now.setdefault(key, values) != values:
+                raise ValueError(f"key {key!r} in snapshot {sequence!r}: two rows with "
+                                 f"different values: {now[key]}, {values}")
+        events += [Event(key, sequence, Op.UPSERT, values) for key, values in sorted(now.items())
+                   if before.get(key) != values]
+        events += [Event(key, sequence, Op.DELETE) for key in sorted(before) if key not in now]
+        before = now
+    return events
+
+
 def changes(seed: int, keys: int = 10, events: int = 200, late_fraction: float = 0.2,
             truncates: int = 0) -> list[Event]:
     """A change stream over ``keys`` customers (columns :data:`KEYS`, :data:`TRACKED`,

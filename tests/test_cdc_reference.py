@@ -30,6 +30,7 @@ from tests.cdc_reference import (
     changes,
     scd1,
     scd2,
+    snapshot_changes,
 )
 
 
@@ -269,6 +270,27 @@ def test_batches_keep_arrival_order() -> None:
         assert [e for b in cut for e in b] == events
     with pytest.raises(ValueError, match="size: expected a positive number"):
         batches(events, 0)
+
+
+def test_snapshots_give_the_events_between_consecutive_ones() -> None:
+    # a: renamed in 2, gone in 3, back in 4; b: unchanged from 1 on; c: new in 2 (given out of
+    # order: snapshots are taken by id).
+    snapshots = {3: [row("B", key="b"), row("C", key="c")],
+                 1: [row("A", key="a"), row("B", key="b")],
+                 2: [row("A2", key="a"), row("B", key="b"), row("C", key="c"),
+                     row("C", key="c")],
+                 4: [row("A2", key="a"), row("B", key="b"), row("C", key="c")]}
+    events = snapshot_changes(snapshots, keys=["id"])
+    assert events == [up(1, "A"), up(1, "B", key="b"), up(2, "A2"), up(2, "C", key="c"),
+                      delete(3), up(4, "A2")]
+    assert scd2(events, keys=["id"]) == [
+        version(1, 2, "A"), version(2, 3, "A2", deleted=True), version(4, None, "A2"),
+        version(1, None, "B", key="b"), version(2, None, "C", key="c")]
+    assert scd1(events, keys=["id"], sequence_by="seq") == [
+        {**row("A2"), "seq": 4}, {**row("B", key="b"), "seq": 1}, {**row("C", key="c"), "seq": 2}]
+    with pytest.raises(ValueError, match="key \\('a',\\) in snapshot 1: two rows with "
+                       "different values"):
+        snapshot_changes({1: [row("A"), row("Z")]}, keys=["id"])
 
 
 def test_reference_imports_no_spark() -> None:
