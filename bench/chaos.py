@@ -10,11 +10,12 @@ delivery also lands:
 
 * one orders file and one customers file again under a name already ingested, with other
   bytes (the orders one with a key of its own, so the table's schema changes again);
-* new rows for the dimensions (a few customers moved to another segment, a few stores
-  renamed), so that every delivery runs silver's MERGEs and rewrites the mart.
+* new rows for the dimensions (a few customers moved to another segment, a few closed, a
+  few stores renamed), so that every delivery runs silver's MERGEs and rewrites the marts.
 
-The tables are the demo's, plus what the demo leaves out: its mart materialized, a gold
-aggregate in append mode, and an SCD2 table of the customers with deletes. After each
+The tables are the demo's (its customers kept as SCD type 2, and a mart joining the version
+valid at each order's time), plus what the demo leaves out: its regional mart materialized, a
+gold aggregate in append mode, and deletes of customers (a closed one). After each
 delivery the clean root is run once with ``medallion run all`` (availableNow). The chaos root
 is run the same way, as its own process group, and interrupted, restarted, interrupted
 again... until the delivery's share of the kills has landed; then it runs to the end, and the
@@ -28,8 +29,8 @@ lake's lease, a file delivered again under a used name being set aside (customer
 a bronze query's first listing, mid-batch, a schema change (the table altered, the history not
 yet written), between a bronze commit and its ledger commit, a batch's moves of its files (after
 its ledger commit), the ledger's replace (a move refused: with ``--faults`` only), a silver
-MERGE, an SCD2 table's change log and MERGE (``customer_versions``), a gold MERGE, a gold
-append, the mart's rewrite, and a moment drawn over the clean run's duration.
+MERGE, an SCD2 table's change log and MERGE (``customers``), a gold MERGE, a gold append, a
+mart's rewrite, and a moment drawn over the clean run's duration.
 
 A delivery takes its share of the plan (:func:`schedule`): the moments drawn over the run
 first, then its kills in the pipeline's order, leaving for a later delivery a phase that
@@ -50,9 +51,9 @@ they must settle every file left behind.
 
 Then the two roots must hold the same lake:
 
-* every Delta table (bronze, its quarantine and file ledger, silver and its quarantine, gold,
-  the mart) row for row, with chispa, leaving out the columns that record when a row was
-  ingested and where the root is;
+* every Delta table (bronze, its quarantine and file ledger, silver, its quarantine and change
+  logs, gold, the materialized marts) row for row, with chispa, leaving out the columns that
+  record when a row was ingested and where the root is;
 * bronze's rows per order id as many as the clean run's (``lost``, ``duplicated``);
 * landing drained, and the same files archived and quarantined;
 * the run history (``ops/runs``, which differs by run ids and times, so it is not compared
@@ -127,13 +128,12 @@ PHASES = [  # in the pipeline's order
     Phase("bronze-ledger", "bronze.batch.appended", 0.4),
     Phase("archiving", "bronze.files.settling", 0.15),
     Phase("ledger-replace", "bronze.ledger.replacing", 0.6, faults=True),
-    Phase("silver-merge", "silver.batch.merging", 1.0, needs=("customers", "stores")),
-    Phase("scd2-merge", "silver.changes.applying", 1.5, "customer_versions",
-          needs=("customer_versions",)),
+    Phase("silver-merge", "silver.batch.merging", 1.0, needs=("stores",)),
+    Phase("scd2-merge", "silver.changes.applying", 1.5, "customers", needs=("customers",)),
     Phase("gold-merge", "gold.batch.merging", 1.0, needs=("store_sales",)),
     Phase("gold-append", "stream.query.started", 2.5, "store_sales_final",
           needs=("store_sales_final",)),
-    Phase("mart-rewrite", "gold.mart.writing", 1.0, needs=("regional_sales",)),
+    Phase("mart-rewrite", "gold.mart.writing", 1.0, needs=("regional_sales", "segment_sales")),
     Phase("anywhere", None, 0.0),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
@@ -172,8 +172,8 @@ class Lake:
 
 # ---------------------------------------------------------------------------------- set-up
 def write_tables(work: Path, only: set[str] | None = None) -> None:
-    """The demo's tables, its mart materialized, and a gold aggregate in append mode (of
-    those named in ``only``, when given)."""
+    """The demo's tables, its regional mart materialized, deletes of customers, and a gold
+    aggregate in append mode (of those named in ``only``, when given)."""
     tables = work / "conf" / "tables"
     shutil.copytree(REPO / "conf" / "tables", tables)
     mart = tables / "gold" / "regional_sales.yaml"
@@ -194,13 +194,13 @@ def write_tables(work: Path, only: set[str] | None = None) -> None:
                              "final.", output_mode="append")
     final["aggregates"] = final["aggregates"][:1] + final["aggregates"][2:]
     (tables / "gold" / "store_sales_final.yaml").write_text(yaml.safe_dump(final))
-    # An SCD2 table of the customers: a version per change of segment or country; a customer
-    # whose segment becomes 'closed' is deleted (dimension_changes sends some).
-    (tables / "silver" / "customer_versions.yaml").write_text(yaml.safe_dump({
-        "description": "Customers, a version per change of segment or country.",
-        "source": "customers", "mode": "scd2",
-        "scd2": {"keys": ["customer_id"], "sequence_by": "updated_at",
-                 "track_history": ["segment", "country"], "deletes": "segment = 'closed'"}}))
+    # The customers' SCD2 table: a customer whose segment becomes 'closed' is deleted
+    # (dimension_changes sends some), its version closed; the segments mart joins no version
+    # of it after that.
+    versions = tables / "silver" / "customers.yaml"
+    spec = yaml.safe_load(versions.read_text())
+    spec["scd2"]["deletes"] = "segment = 'closed'"
+    versions.write_text(yaml.safe_dump(spec, sort_keys=False))
     for spec in tables.rglob("*.yaml"):
         if only is not None and spec.stem not in only:
             spec.unlink()
@@ -282,8 +282,8 @@ def with_key(line: bytes, key: str) -> bytes:
 def dimension_changes(work: Path, delivery: int) -> list[Path]:
     """New rows for the dimensions (the customers and stores the run has), written under
     ``work/dims/<delivery>`` as under the feed, so that every delivery runs silver's MERGEs
-    and rewrites the mart: a few customers moved to another segment, a few stores renamed,
-    each with a sequence value after every earlier one's."""
+    and rewrites the marts: a few customers moved to another segment, a few closed, a few
+    stores renamed, each with a sequence value after every earlier one's."""
     from examples.retail.demo import CUSTOMERS, REGIONS, STORES
 
     folder = work / "dims" / f"{delivery}" / "landing"
@@ -293,7 +293,7 @@ def dimension_changes(work: Path, delivery: int) -> list[Path]:
         rows = ["customer_id,name,segment,country,updated_at"]
         rows += [f"c{c:04d},Customer {c},tier{delivery},NL,2026-11-{10 + delivery:02d}T00:00:00Z"
                  for c in range(delivery, CUSTOMERS, 37)]
-        # Some close (a delete of customer_versions), to come back in a later delivery.
+        # Some close (a delete in silver.customers), to come back in a later delivery.
         rows += [f"c{c:04d},Customer {c},closed,NL,2026-11-{10 + delivery:02d}T12:00:00Z"
                  for c in range(delivery + 11, CUSTOMERS, 53)]
         written.append(folder / "customers" / f"customers-change-{delivery}.csv")

@@ -287,7 +287,10 @@ class MartSpec(GoldSpec):
         return texts
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
-        """Why a configured join of this mart cannot prune the fact, one sentence per join."""
+        """Why a configured join of this mart cannot prune the fact, one sentence per join.
+        None for a materialized mart: its queries read its own table, not the join."""
+        if self.materialize:
+            return []
         fact = project.table(self.fact.table, self.fact.layer)
         partitions = list(getattr(fact.spec, "partition_by", []) or [])
         advice = []

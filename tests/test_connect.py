@@ -386,6 +386,7 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     assert over_connect["layers"]["silver"]["orders"]["duplicates_dropped"] > 0
     assert over_connect["layers"]["bronze"]["orders"]["quarantined"] > 0
     assert over_connect["query"]["rows"] == classic["query"]["rows"]
+    assert over_connect["segments"]["rows"] == classic["segments"]["rows"]
     scans = {s["table"]: (s["partitions_read"], s["partitions_total"])
              for s in over_connect["query"]["pruning"]["scans"]}
     assert scans["spark_catalog.gold.store_sales"] == (3, 12)
@@ -395,7 +396,8 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     expected, actual = _tables(spark, classic_root), _tables(spark, tmp_path / "connect")
     assert sorted(actual) == sorted(expected)
     assert {"bronze/orders", "bronze/orders_quarantine", "bronze/orders_files",
-            "silver/orders", "gold/store_sales"} <= set(actual)
+            "silver/orders", "silver/customers", "silver/customers_changes",
+            "gold/store_sales", "gold/segment_sales"} <= set(actual)
     for name, df in expected.items():
         assert_df_equality(actual[name], df, ignore_row_order=True, ignore_nullable=True,
                            ignore_metadata=True, underline_cells=True)

@@ -5,15 +5,18 @@ demo's figures must hold:
 * its summary reconciles exactly with the generated feed (every line in bronze or its
   quarantine; silver = bronze - duplicates - late rows - quarantined);
 * gold equals an independent batch computation over silver, and the mart's query prunes;
+* silver keeps both versions of each updated customer (SCD type 2), and the segments mart counts
+  each order under the segment its customer had when it was placed;
 * the quickstart's last command, the demo run again, changes no table."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tests.support import QuickstartLake, row_counts
@@ -30,7 +33,12 @@ def test_every_quickstart_command_exits_0_and_the_demo_reconciles(
 
     status = lake.outputs[".venv/bin/medallion status"]
     assert "spark_catalog.gold.regional_sales | view" in status  # a mart is a view
-    assert "spark_catalog.silver.orders" in status and "(8 rows)" in status
+    assert re.search(r"spark_catalog\.gold\.segment_sales +\| delta", status)  # materialized
+    assert "spark_catalog.silver.orders" in status and "(9 rows)" in status
+
+    # a customer's two versions, as the quickstart shows them
+    (versions,) = [out for command, out in lake.outputs.items() if "silver.customers" in command]
+    assert "(2 rows)" in versions and "wholesale" in versions
 
     # the second run adds nothing and loses nothing
     again = lake.last_summary
@@ -52,10 +60,18 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
     # the extra key and the new column halfway are kept, rescued, in their rows
     assert bronze["rescued"] == feed["extra_column_events"] + feed["new_column_events"] > 0
     assert "rows with rescued values" in out
-    # the customers update, its columns in another order, is read by name
+    # the customers update, its columns in another order, is read by name; silver keeps a
+    # version per change: the update's customers have two, the one before closed at the update
     customers = spark.read.format("delta").load(str(root / "tables" / "silver" / "customers"))
-    updated = customers.where("segment = 'wholesale' AND country = 'LU'").count()
-    assert updated == feed["customer_updates"] > 0 and customers.count() == 200
+    current = customers.where("__is_current")
+    updated = current.where("segment = 'wholesale' AND country = 'LU'")
+    assert updated.count() == feed["customer_updates"] > 0 and current.count() == 200
+    assert customers.count() == 200 + feed["customer_updates"]
+    closed = customers.where("NOT __is_current").select("customer_id", "__end_at", "__deleted")
+    assert sorted(closed.collect()) == sorted(
+        (r["customer_id"], r["__start_at"], False) for r in updated.collect())
+    assert updated.where(F.col("__start_at") != F.lit(feed["customer_updates_at"])
+                         .cast("timestamp")).count() == 0
     assert not list((root / "landing" / "orders").rglob("*.json*"))
     assert list((root / "_quarantine").rglob(feed["unreadable_file"]))
 
@@ -91,9 +107,21 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
     assert fact["dynamic_pruning"] and (fact["partitions_read"], fact["partitions_total"]) == (
         3, 12)
 
+    # the segments mart = each order under its customer's segment at the order's time, from
+    # the customers' rows as bronze read them
+    segments = _segments_at_the_time(spark, root, silver_orders)
+    mart = spark.read.format("delta").load(str(root / "tables" / "gold" / "segment_sales"))
+    assert_df_equality(mart.select(*segments.columns), segments, ignore_row_order=True,
+                       ignore_nullable=True, ignore_metadata=True)
+    assert segments.agg(F.sum("orders")).first()[0] == silver["rows"]
+    # the moved customers' new segment starts on the day of their move
+    shown = {r[0]: r for r in summary["segments"]["rows"]}
+    assert shown["wholesale"][1] == feed["customer_updates_at"][:10] > shown["retail"][1]
+
     # a person sees progress and the same figures
     assert "bronze.orders          batch   0" in out
     assert f"{silver['late_rows_dropped']:,}" in out and "read 3 of 12 partitions" in out
+    assert "orders per customer segment" in out and "wholesale" in out
 
     # the run history has a row per batch of each table, with the summary's figures
     runs = spark.read.format("delta").load(str(root / "tables" / "ops" / "runs"))
@@ -102,3 +130,16 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
                .groupBy("table", "layer").agg(F.sum("rows_out").alias("rows")).collect()}
     assert written["orders.bronze"] == bronze["rows"]
     assert written["orders.silver"] == silver["rows"]
+
+
+def _segments_at_the_time(spark: SparkSession, root: Path, orders: DataFrame) -> DataFrame:
+    """Orders and revenue per day and segment, each order under the segment of its customer's
+    latest row (in bronze) updated at or before the order's time."""
+    rows = spark.read.format("delta").load(str(root / "tables" / "bronze" / "customers")) \
+        .select(F.col("customer_id").alias("cid"), "segment", "updated_at")
+    joined = orders.join(rows, (orders["customer_id"] == rows["cid"])
+                         & (rows["updated_at"] <= orders["event_time"]), "left")
+    per_order = joined.groupBy("order_id", "order_date", "amount").agg(
+        F.max_by("segment", "updated_at").alias("segment"))
+    return per_order.groupBy("order_date", "segment").agg(
+        F.count(F.lit(1)).alias("orders"), F.sum("amount").alias("revenue"))

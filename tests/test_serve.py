@@ -71,11 +71,12 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
             in refused
         assert "expected authentication for a server listening on 0.0.0.0" in refused
 
-        # The gold tables with their comments: the daily aggregate and the mart (a view)
+        # The gold tables with their comments: the daily aggregate and the marts (a view, and
+        # one materialized)
         listed = rows(beeline(url, f"SHOW TABLES IN {gold}; "
                                    f"DESCRIBE TABLE EXTENDED {gold}.store_sales"))
         assert sorted(line.split(",")[1] for line in listed if line.startswith(f"{gold},")) \
-            == ["regional_sales", "store_sales"]
+            == ["regional_sales", "segment_sales", "store_sales"]
         first = {line.split(",")[0].strip(): line for line in listed}
         assert "Orders, items and revenue per store and day." in first["Comment"]
         assert "decimal" in first["revenue"] and "Sum of the order amounts" in first["revenue"]

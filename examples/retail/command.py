@@ -20,8 +20,9 @@ def add_commands(commands: Commands) -> None:
         "demo", cmd_demo, help="generate a sample feed and run it",
         description="Generate a dirty retail feed (duplicates, re-delivered files, late "
         "events, malformed lines, an extra column, an unreadable file) in the local lakehouse "
-        "once, run bronze, silver and gold on it and print what each layer did and a gold "
-        "query that prunes.")
+        "once, run bronze, silver and gold on it and print what each layer did, a gold "
+        "query that prunes, and the orders per customer segment, each under its customer's "
+        "segment when placed (customers kept as SCD type 2).")
     p.add_argument("--fresh", action="store_true", help="delete the lakehouse root first")
     p.add_argument("--orders", type=int,
                    default=int(os.environ.get("MEDALLION_DEMO_ORDERS", 500_000)),

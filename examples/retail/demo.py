@@ -16,7 +16,10 @@ the lakehouse root first. The orders feed holds, besides the plain events:
 * **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine).
 
 The customers feed is a CSV extract, then a second one that updates some customers with its
-columns in another order (read by name: each value lands in its own column).
+columns in another order (read by name: each value lands in its own column). The update moves
+them to another segment and country from halfway through the orders' event time on: silver
+keeps both versions of each (SCD type 2), and the ``segment_sales`` mart counts each order
+under the segment its customer had when it was placed.
 
 Event times advance by four hours a file, and a re-delivered file comes right after the next
 one: its events are within silver's deduplication delay (two days) of the first copies, so
@@ -73,6 +76,7 @@ class Feed:
     new_column_from: str = ""  # the first file whose events carry the new column
     new_column_events: int = 0  # lines holding it
     customer_updates: int = 0  # rows of the second customers extract (columns reordered)
+    customer_updates_at: str = ""  # their updated_at: halfway through the orders' event time
     unreadable_file: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,7 +100,9 @@ def generate(project: ProjectConfig, orders: int = 500_000, files: int = 100,
     rng = random.Random(seed)
     landing = root / "landing"
     feed = _orders(landing / "orders", orders, files, rng)
-    feed.customer_updates = _customers(landing / "customers", rng)
+    feed.customer_updates_at = (FIRST_EVENT + (files // 2) * FILE_SPAN).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    feed.customer_updates = _customers(landing / "customers", rng, feed.customer_updates_at)
     _stores(landing / "stores")
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(feed.to_dict(), indent=2))
@@ -227,9 +233,9 @@ def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None
     }
 
 
-def _customers(folder: Path, rng: random.Random) -> int:
+def _customers(folder: Path, rng: random.Random, updated_at: str) -> int:
     """The customers extract, then an update of some of them whose columns come in another
-    order (matched by name); returns the update's rows."""
+    order (matched by name), effective at ``updated_at``; returns the update's rows."""
     rows = ["customer_id,name,segment,country,updated_at"]
     rows += [f"c{c:04d},Customer {c},{rng.choice(['retail', 'business'])},"
              f"{rng.choice(['NL', 'DE', 'FR', 'BE'])},2026-10-01T00:00:00Z"
@@ -239,7 +245,7 @@ def _customers(folder: Path, rng: random.Random) -> int:
     delivery.write("customers.csv", _lines(rows))
     updated = range(0, CUSTOMERS, 10)
     update = ["updated_at,country,segment,customer_id,name"]
-    update += [f"2026-11-01T00:00:00Z,LU,wholesale,c{c:04d},Customer {c}" for c in updated]
+    update += [f"{updated_at},LU,wholesale,c{c:04d},Customer {c}" for c in updated]
     delivery.write("customers-update.csv", _lines(update))
     return len(updated)
 
@@ -253,8 +259,16 @@ def _stores(folder: Path) -> None:
 # ---------------------------------------------------------------------- the summary
 COLUMNS = ("rows", "added", "quarantined", "duplicates_dropped", "late_rows_dropped",
            "files_archived")
-PRUNING_QUERY = ("SELECT window_date, name, region, orders, items, revenue FROM {mart} "
-                 "WHERE region = 'north' ORDER BY window_date DESC, name LIMIT 5")
+# The demo's marts (conf/tables/gold), each shown by a query when configured: the regional
+# view, whose filter on a dimension column prunes the fact, and the segments, materialized,
+# whose orders count under their customer's segment at the time (an SCD2 join as_of).
+PRUNING_MART, PRUNING_QUERY = "regional_sales", (
+    "SELECT window_date, name, region, orders, items, revenue FROM {mart} "
+    "WHERE region = 'north' ORDER BY window_date DESC, name LIMIT 5")
+SEGMENTS_MART, SEGMENTS_QUERY = "segment_sales", (
+    "SELECT segment, min(order_date) AS first_day, max(order_date) AS last_day, "
+    "sum(orders) AS orders, sum(revenue) AS revenue FROM {mart} GROUP BY segment "
+    "ORDER BY segment")
 
 
 def _is_mart(table: Table) -> bool:
@@ -285,15 +299,15 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Feed,
               generated: bool) -> dict[str, Any]:
     """What the demo did, for a person and as JSON: the feed, per layer and table the rows it
-    holds and what this run added, quarantined, dropped and archived, and a gold query that
-    prunes, with its rows and what it read."""
+    holds and what this run added, quarantined, dropped and archived, a gold query that
+    prunes, with its rows and what it read, and the orders per customer segment at the time."""
     from framework.pruning import explain_pruning
 
     by_table = {t["table"]: t for t in run["tables"]}
     layers: dict[str, dict[str, Any]] = {}
     for table in sorted(project.tables, key=lambda t: list(Layer).index(t.layer)):
         if _is_mart(table):
-            continue  # a view over its fact: nothing of its own to count
+            continue  # built from its fact, not fed: its query below shows it
         done = by_table.get(table.full_name, {})
         counts = done.get("counts", {})
         figures = {
@@ -326,18 +340,24 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
         "layers": layers,
         "run": run,
     }
-    marts = [t for t in project.of_layer(Layer.GOLD) if _is_mart(t)]
-    if marts and run["status"] == "succeeded":
-        sql = PRUNING_QUERY.format(mart=marts[0].full_name)
-        df = spark.sql(sql)
-        rows = df.collect()  # run once: the evidence is read from the plan that ran
-        summary["query"] = {
-            "sql": sql,
-            "columns": df.columns,
-            "rows": [[_plain(v) for v in r] for r in rows],
-            "pruning": explain_pruning(spark, df, run=False).to_dict(),
-        }
+    marts = {t.name: t for t in project.of_layer(Layer.GOLD) if _is_mart(t)}
+    if run["status"] != "succeeded":
+        return summary
+    if PRUNING_MART in marts:
+        sql = PRUNING_QUERY.format(mart=marts[PRUNING_MART].full_name)
+        df = spark.sql(sql)  # collected once, then the evidence is read from the plan that ran
+        summary["query"] = {**_answer(df, sql),
+                            "pruning": explain_pruning(spark, df, run=False).to_dict()}
+    if SEGMENTS_MART in marts:
+        sql = SEGMENTS_QUERY.format(mart=marts[SEGMENTS_MART].full_name)
+        summary["segments"] = _answer(spark.sql(sql), sql)
     return summary
+
+
+def _answer(df: Any, sql: str) -> dict[str, Any]:
+    """A query's text, columns and rows."""
+    return {"sql": sql, "columns": df.columns, "rows": [[_plain(v) for v in r]
+                                                          for r in df.collect()]}
 
 
 def _plain(value: Any) -> Any:
@@ -359,6 +379,8 @@ def render(summary: dict[str, Any]) -> str:
         f"{feed['new_column_from']} on ({feed['new_column_events']:,} lines), unreadable "
         f"{feed['unreadable_file']}; customers: an update of {feed['customer_updates']} "
         "with its columns in another order"
+        + (f", effective {feed['customer_updates_at']}" if feed.get("customer_updates_at")
+           else "")
         + ("" if feed["generated_now"] else " (generated by an earlier run)"),
         "",
     ]
@@ -395,4 +417,11 @@ def render(summary: dict[str, Any]) -> str:
                            f"{scan['partitions_total']} partitions, {scan['files_read']} of "
                            f"{scan['files_total']} files"
                            + (" (dynamic partition pruning)" if scan["dynamic_pruning"] else ""))
+    segments = summary.get("segments")
+    if segments:
+        out += ["", "orders per customer segment, each under its customer's segment when "
+                "placed (silver.customers keeps a version per change, SCD type 2):",
+                f"gold query: {segments['sql']}",
+                render_table(segments["columns"],
+                             [[str(v) for v in r] for r in segments["rows"]])]
     return "\n".join(out)
