@@ -127,7 +127,9 @@ class ChangeApplier:
         appends the batch's rows to a table once (the job's commit tagged with the batch:
         a replayed batch appends nothing twice). ``truncated``: the batch holds a truncate
         (the job counts them with its other figures), so every key is recomputed."""
-        events = self.classify(batch).dropDuplicates()
+        # Materialized once: the log's append and the keys below both read them, and deriving
+        # them can cost a shuffle, or a read of the log (a snapshot's).
+        events = self.classify(batch).dropDuplicates().localCheckpoint(eager=True)
         self._log(events, append)
         spark = batch.sparkSession
         log = spark.read.format("delta").load(self.log_location)
