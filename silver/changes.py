@@ -123,22 +123,33 @@ class ChangeApplier:
     def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None], *,
               truncated: bool) -> dict[str, int]:
         """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
-        figures on the table (rows inserted, updated, deleted). ``append(df, location)``
+        figures on the table (rows inserted, updated, deleted; for SCD2 without a truncate,
+        how many keys were folded forward from their current version and how many recomputed
+        from their history, see :meth:`_versions_ahead`). ``append(df, location)``
         appends the batch's rows to a table once (the job's commit tagged with the batch:
         a replayed batch appends nothing twice). ``truncated``: the batch holds a truncate
         (the job counts them with its other figures), so every key is recomputed."""
         # Materialized once: the log's append and the keys below both read them, and deriving
         # them can cost a shuffle, or a read of the log (a snapshot's).
         events = self.classify(batch).dropDuplicates().localCheckpoint(eager=True)
-        self._log(events, append)
         spark = batch.sparkSession
+        # SCD2: which of the batch's keys have every event of the batch newer than all the log
+        # holds of them, read before the batch's events are added (a replayed batch, whose
+        # events the log holds already, has none).
+        ahead = self._ahead(events) if self.scd2 and not truncated else None
+        self._log(events, append)
         log = spark.read.format("delta").load(self.log_location)
+        table = spark.read.format("delta").load(self.location)
+        if ahead is not None:
+            counts = {bool(r[0]): int(r[1]) for r in ahead.groupBy("_ahead").count().collect()}
+            return {**self._write_difference(*self._versions_ahead(log, table, events, ahead)),
+                    "keys_folded_forward": counts.get(True, 0),
+                    "keys_recomputed": counts.get(False, 0)}
         # The keys to recompute: the batch's (broadcast: as many as the batch's rows at most,
         # so the log and the table are read without a shuffle), or every key after a truncate.
         keys = None if truncated else F.broadcast(
             events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys))
         rows = self._versions(log, keys) if self.scd2 else self._latest(log, keys)
-        table = spark.read.format("delta").load(self.location)
         return self._write_difference(rows, self._of_keys(table, keys))
 
     def truncate_condition(self) -> Column | None:
@@ -269,6 +280,51 @@ class ChangeApplier:
             F.col(f"_last.{_NEXT_SEQ}").isNull().alias(IS_CURRENT),
             F.coalesce(F.col(f"_last.{_NEXT_REMOVAL}"), F.lit(False)).alias(DELETED),
         )
+
+    def _ahead(self, events: DataFrame) -> DataFrame:
+        """The batch's keys (of ``events``, with no truncate), with ``_ahead``: every event of
+        the batch is newer than every event the log holds of the key and than every truncate
+        in it. Computed now, eagerly: the log is about to take the batch's events."""
+        log = events.sparkSession.read.format("delta").load(self.log_location)
+        batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
+        keys = F.broadcast(batch.select(*self.keys))
+        known = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys) \
+            .groupBy(*self.keys).agg(F.max(self.seq).alias("_known"))
+        b, k = batch.alias("b"), known.alias("k")
+        joined = b.join(k, same_values(b, k, self.keys), "left").select(
+            *[F.col(f"b.{c}").alias(c) for c in self.keys], "_first_seq", "_known")
+        ahead = F.col("_known").isNull() | (F.col("_first_seq") > F.col("_known"))
+        if self.changes.truncates:
+            last = log.where(F.col(OP) == ChangeOp.TRUNCATE.value) \
+                .agg(F.max(self.seq).alias("_truncated_at"))
+            joined = joined.crossJoin(F.broadcast(last))
+            ahead = ahead & (F.col("_truncated_at").isNull()
+                             | (F.col("_first_seq") > F.col("_truncated_at")))
+        return joined.select(*self.keys, F.coalesce(ahead, F.lit(False)).alias("_ahead")) \
+            .localCheckpoint(eager=True)
+
+    def _versions_ahead(self, log: DataFrame, table: DataFrame, events: DataFrame,
+                        ahead: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """SCD2 without a truncate in the batch: the recomputed versions and the table's rows
+        they replace. A key whose events in the batch are all newer than the log's (``ahead``:
+        a stream in order) changes from its newest version on, and only that is folded: its
+        current version (as two upserts: its start, and its newest event), then the batch's
+        events; the table's other versions of it cannot change. Any other key is recomputed
+        from the whole of its history in the log."""
+        forward = F.broadcast(ahead.where("_ahead").select(*self.keys))
+        back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))
+        current = self._of_keys(table, forward).where(F.col(IS_CURRENT))
+        columns = [c for c in log.columns if c != OP]
+        upsert = F.lit(ChangeOp.UPSERT.value).alias(OP)
+        started = current.select(*[F.col(START_AT if c == self.seq else c).alias(c)
+                                   for c in columns], upsert)
+        newest = current.select(*columns, upsert)
+        folded = self._versions(self._of_keys(events, forward).select(*columns, OP)
+                                .unionByName(started).unionByName(newest), None)
+        if ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
+            return folded, current
+        rows = folded.unionByName(self._versions(log, back))
+        return rows, current.unionByName(self._of_keys(table, back))
 
     def _tracked(self, values: list[str]) -> list[str]:
         changes = self.changes
