@@ -147,6 +147,12 @@ class SchemaChangeError(JobError):
     written, and the next run reads it again from the start."""
 
 
+class TableModeError(JobError):
+    """Raised when a table's rows were written in another mode than its spec now asks (SCD type
+    2 versions or not, with a change log or without): they cannot be carried on, and the table
+    must be rebuilt from its source."""
+
+
 class StorageError(MedallionError):
     """Raised when a file-system operation on the lake fails."""
 

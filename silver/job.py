@@ -48,13 +48,13 @@ from pyspark.sql.types import (
 
 from framework.config.model import Layer, Table
 from framework.delta import add_missing_columns, create_table, merge, schema_ddl, sql_string
-from framework.errors import ConfigError, JobError
+from framework.errors import ConfigError, JobError, TableModeError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
-from silver.changes import ChangeApplier, log_schema, table_schema
+from silver.changes import SCD2_COLUMNS, ChangeApplier, log_schema, table_schema
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import (
     SPLIT_SNAPSHOTS,
@@ -272,15 +272,16 @@ class SilverJob(StreamingJob):
         if self.spec.changes:
             schema = table_schema(self.spec.changes, rows)
         if self.applier:
-            create_table(self.spark, self.changes_table, log_schema(self.applier.changes, rows),
-                         self.applier.log_location,
-                         comment=f"Change log of {self.table.name}: its events, by key")
+            create_table(
+                self.spark, self.changes_table, log_schema(self.applier.changes, rows),
+                self.applier.log_location,
+                comment=f"Change log of {self.table.name}: its events, by key")
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
                               partition_by=self.spec.partition_by,
                               cluster_by=self.spec.cluster_by, comment=spec.description) \
-                and not self.spec.columns:
+                and self._check_mode() and not self.spec.columns:
             # Every source column is taken: one the source gained since (a feed's new column)
             # is added here too, nullable, at the end; earlier rows have null.
             added = add_missing_columns(self.spark, self.table.location, schema)
@@ -290,6 +291,29 @@ class SilverJob(StreamingJob):
             create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                          self.quarantine_location,
                          comment=f"Rows of {self.table.name} that broke a quarantine rule")
+
+    def _check_mode(self) -> bool:
+        """Raises :class:`TableModeError` when the table (which existed) was written in another
+        mode than its spec asks: with SCD2's versions or without them, or without a change log
+        (the log has no event, the table has rows)."""
+        existing = self.spark.read.format("delta").load(self.table.location)
+        versions = set(SCD2_COLUMNS) <= set(existing.columns)
+        scd2 = self.applier is not None and self.applier.scd2
+        found = ""
+        if versions != scd2:
+            found = "with SCD type 2 versions" if versions else "without SCD type 2 versions"
+        elif self.applier and self.spark.read.format("delta").load(
+                self.applier.log_location).isEmpty() and not existing.isEmpty():
+            found = "without a change log"
+        if found:
+            want = f"mode {self.spec.mode.value}" + (", with a change log" if self.applier else "")
+            raise TableModeError(
+                self.table.full_name, "create tables",
+                f"expected a table written in {want}, found one written {found}: its rows "
+                f"cannot be carried on in the new mode. Rebuild it from its source (the README's "
+                f"'Resetting a checkpoint safely': move its checkpoint aside, drop it and its "
+                f"companions, run), and the tables downstream of it")
+        return True
 
     def _create_bucketed(self, schema: StructType) -> None:
         if self.spark.catalog.tableExists(self.table.full_name):

@@ -181,6 +181,39 @@ def test_scd2_config_errors(tmp_path: Path) -> None:
     assert "expected upsert: only with mode upsert, found it with mode scd2" in text
 
 
+def test_a_table_written_in_another_mode_is_refused_with_what_to_do(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A table's mode changed in its spec (an SCD1 table without a change log made SCD2, or
+    given deletes; an SCD2 table made SCD1): its rows cannot be carried on, and the run says
+    so instead of failing deep in a MERGE or recomputing keys from an empty log."""
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="upsert", upsert={"keys": ["id"], "sequence_by": "seq",
+                                                "except_columns": ["op"]})
+    events = [e for e in STREAM[:6] if e.op is ref.Op.UPSERT]
+    apply(spark, lakehouse, events, None)
+    silver = lakehouse.project().table("customers", Layer.SILVER)
+    rows = spark.table(silver.full_name).count()
+    assert rows == len({e.key for e in events})
+
+    def refused(**spec: Any) -> str:  # (when the next batch comes)
+        lake_with(lakehouse, **spec)
+        write_delta_commits(spark, lakehouse.project().table("customers", Layer.BRONZE)
+                            .location, [[source_row(events[0])]], SCHEMA)
+        summary = SilverJob(spark, lakehouse.project().table("customers", Layer.SILVER),
+                            RunContext()).run()
+        assert summary.status is RunStatus.FAILED
+        assert spark.table(silver.full_name).count() == rows  # nothing written
+        return str(summary.error)
+
+    advice = "cannot be carried on in the new mode. Rebuild it from its source"
+    text = refused(mode="scd2", scd2=SCD2)
+    assert "expected a table written in mode scd2, with a change log, found one written " \
+        "without SCD type 2 versions: its rows " + advice in text
+    text = refused(mode="upsert", upsert=CHANGES)
+    assert "expected a table written in mode upsert, with a change log, found one written " \
+        "without a change log: its rows " + advice in text
+
+
 def test_a_mart_joins_facts_to_the_version_valid_at_their_time_and_still_prunes(
     spark: SparkSession, tmp_path: Path
 ) -> None:
