@@ -136,12 +136,15 @@ class ChangeApplier:
         # SCD2: which of the batch's keys have every event of the batch newer than all the log
         # holds of them, read before the batch's events are added (a replayed batch, whose
         # events the log holds already, has none).
-        ahead = self._ahead(events) if self.scd2 and not truncated else None
+        forward = self.scd2 and not truncated
+        ahead = self._ahead(events) if forward else None
         self._log(events, append)
         log = spark.read.format("delta").load(self.log_location)
         table = spark.read.format("delta").load(self.location)
-        if ahead is not None:
-            counts = {bool(r[0]): int(r[1]) for r in ahead.groupBy("_ahead").count().collect()}
+        if forward:
+            known = events.select(*self.keys).distinct() if ahead is None else ahead
+            counts = {bool(r[0]): int(r[1]) for r in known.groupBy(
+                F.lit(True) if ahead is None else F.col("_ahead")).count().collect()}
             return {**self._write_difference(*self._versions_ahead(log, table, events, ahead)),
                     "keys_folded_forward": counts.get(True, 0),
                     "keys_recomputed": counts.get(False, 0)}
@@ -281,12 +284,21 @@ class ChangeApplier:
             F.coalesce(F.col(f"_last.{_NEXT_REMOVAL}"), F.lit(False)).alias(DELETED),
         )
 
-    def _ahead(self, events: DataFrame) -> DataFrame:
+    def _ahead(self, events: DataFrame) -> DataFrame | None:
         """The batch's keys (of ``events``, with no truncate), with ``_ahead``: every event of
         the batch is newer than every event the log holds of the key and than every truncate
-        in it. Computed now, eagerly: the log is about to take the batch's events."""
+        in it; None when every key is. Computed now, eagerly: the log is about to take the
+        batch's events."""
         log = events.sparkSession.read.format("delta").load(self.log_location)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
+        # A batch entirely newer than the log (a stream in order): every key is ahead, which
+        # the log's newest sequence tells without reading the log by key.
+        newest = log.agg(F.max(self.seq).alias("_known"))
+        first = events.agg(F.min(self.seq).alias("_first_seq"))
+        whole = first.crossJoin(newest).select(
+            F.col("_known").isNull() | (F.col("_first_seq") > F.col("_known"))).first()
+        if whole is not None and whole[0]:
+            return None
         keys = F.broadcast(batch.select(*self.keys))
         known = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys) \
             .groupBy(*self.keys).agg(F.max(self.seq).alias("_known"))
@@ -304,25 +316,30 @@ class ChangeApplier:
             .localCheckpoint(eager=True)
 
     def _versions_ahead(self, log: DataFrame, table: DataFrame, events: DataFrame,
-                        ahead: DataFrame) -> tuple[DataFrame, DataFrame]:
+                        ahead: DataFrame | None) -> tuple[DataFrame, DataFrame]:
         """SCD2 without a truncate in the batch: the recomputed versions and the table's rows
         they replace. A key whose events in the batch are all newer than the log's (``ahead``:
         a stream in order) changes from its newest version on, and only that is folded: its
         current version (as two upserts: its start, and its newest event), then the batch's
         events; the table's other versions of it cannot change. Any other key is recomputed
-        from the whole of its history in the log."""
-        forward = F.broadcast(ahead.where("_ahead").select(*self.keys))
-        back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))
+        from the whole of its history in the log. (``ahead`` None: every key is ahead.)"""
+        if ahead is None:
+            forward = F.broadcast(events.select(*self.keys))
+            batch = events
+        else:
+            forward = F.broadcast(ahead.where("_ahead").select(*self.keys))
+            batch = self._of_keys(events, forward)
         current = self._of_keys(table, forward).where(F.col(IS_CURRENT))
         columns = [c for c in log.columns if c != OP]
         upsert = F.lit(ChangeOp.UPSERT.value).alias(OP)
         started = current.select(*[F.col(START_AT if c == self.seq else c).alias(c)
                                    for c in columns], upsert)
         newest = current.select(*columns, upsert)
-        folded = self._versions(self._of_keys(events, forward).select(*columns, OP)
-                                .unionByName(started).unionByName(newest), None)
-        if ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
+        folded = self._versions(batch.select(*columns, OP).unionByName(started)
+                                .unionByName(newest), None)
+        if ahead is None or ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
             return folded, current
+        back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))
         rows = folded.unionByName(self._versions(log, back))
         return rows, current.unionByName(self._of_keys(table, back))
 
