@@ -44,7 +44,12 @@ their order of arrival or on where batches were cut, and a replayed batch change
    Merging an event the log already holds changes nothing.
 3. The keys the batch names (every key, when the batch holds a truncate) are recomputed from the
    log: the version history of a key is a function of its events, so a late event lands at its
-   place (the versions around it are split and their ``__end_at`` corrected).
+   place (the versions around it are split and their ``__end_at`` corrected). In SCD2 a key
+   whose events in the batch are all newer than every event the log held of it (and than
+   every truncate) cannot change before its current version: it is folded forward from that
+   version alone, without its history, which is what a stream in order costs. Which keys are
+   is decided before the batch's events reach the log, so a replayed batch, whose events the
+   log holds already, recomputes every key it names.
 4. One MERGE writes the difference between the recomputed rows and the table's rows of those
    keys (inserted, updated, deleted): an empty difference for a batch already applied.
 
