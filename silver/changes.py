@@ -340,8 +340,11 @@ class ChangeApplier:
         started = current.select(*[F.col(START_AT if c == self.seq else c).alias(c)
                                    for c in columns], upsert)
         newest = current.select(*columns, upsert)
-        folded = self._versions(batch.select(*columns, OP).unionByName(started)
-                                .unionByName(newest), None)
+        # (a column the batch lacks and the log has: null, as the log's append leaves it)
+        folded = self._versions(
+            batch.select(*[c for c in columns if c in batch.columns], OP)
+            .unionByName(started, allowMissingColumns=True)
+            .unionByName(newest, allowMissingColumns=True), None)
         if ahead is None or ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
             return folded, current
         back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))

@@ -47,7 +47,14 @@ from pyspark.sql.types import (
 )
 
 from framework.config.model import Layer, Table
-from framework.delta import add_missing_columns, create_table, merge, schema_ddl, sql_string
+from framework.delta import (
+    add_missing_columns,
+    create_table,
+    is_delta_table,
+    merge,
+    schema_ddl,
+    sql_string,
+)
 from framework.errors import ConfigError, JobError, TableModeError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
@@ -271,6 +278,10 @@ class SilverJob(StreamingJob):
         rows = schema
         if self.spec.changes:
             schema = table_schema(self.spec.changes, rows)
+        if self.spec.format is not TableFormat.PARQUET \
+                and is_delta_table(self.spark, self.table.location):
+            # (whether the catalog knows it or not: a table registered again over its folder)
+            self._check_mode()
         if self.applier:
             create_table(
                 self.spark, self.changes_table, log_schema(self.applier.changes, rows),
@@ -281,7 +292,7 @@ class SilverJob(StreamingJob):
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
                               partition_by=self.spec.partition_by,
                               cluster_by=self.spec.cluster_by, comment=spec.description) \
-                and self._check_mode() and not self.spec.columns:
+                and not self.spec.columns:
             # Every source column is taken: one the source gained since (a feed's new column)
             # is added here too, nullable, at the end; earlier rows have null.
             added = add_missing_columns(self.spark, self.table.location, schema)
@@ -292,28 +303,32 @@ class SilverJob(StreamingJob):
                          self.quarantine_location,
                          comment=f"Rows of {self.table.name} that broke a quarantine rule")
 
-    def _check_mode(self) -> bool:
-        """Raises :class:`TableModeError` when the table (which existed) was written in another
-        mode than its spec asks: with SCD2's versions or without them, or without a change log
-        (the log has no event, the table has rows)."""
+    def _check_mode(self) -> None:
+        """Raises :class:`TableModeError` when the table (at its location) was written in
+        another mode than its spec asks: with SCD2's versions or without them, or without a
+        change log (none, or one with no event, while the table has rows). Before any table is
+        created or written."""
         existing = self.spark.read.format("delta").load(self.table.location)
         versions = set(SCD2_COLUMNS) <= set(existing.columns)
         scd2 = self.applier is not None and self.applier.scd2
         found = ""
         if versions != scd2:
             found = "with SCD type 2 versions" if versions else "without SCD type 2 versions"
-        elif self.applier and self.spark.read.format("delta").load(
-                self.applier.log_location).isEmpty() and not existing.isEmpty():
+        elif self.applier and not existing.isEmpty() and (
+                not is_delta_table(self.spark, self.applier.log_location)
+                or self.spark.read.format("delta").load(self.applier.log_location).isEmpty()):
             found = "without a change log"
         if found:
             want = f"mode {self.spec.mode.value}" + (", with a change log" if self.applier else "")
+            folders = [self.table.location, *([self.applier.log_location] if self.applier else []),
+                       *([self.quarantine_location] if self._quarantines else [])]
             raise TableModeError(
                 self.table.full_name, "create tables",
                 f"expected a table written in {want}, found one written {found}: its rows "
                 f"cannot be carried on in the new mode. Rebuild it from its source (the README's "
-                f"'Resetting a checkpoint safely': move its checkpoint aside, drop it and its "
-                f"companions, run), and the tables downstream of it")
-        return True
+                f"'Resetting a checkpoint safely': move its checkpoint "
+                f"({self.table.checkpoint}) aside, drop the table and its companions and delete "
+                f"their folders ({', '.join(folders)}), run), and the tables downstream of it")
 
     def _create_bucketed(self, schema: StructType) -> None:
         if self.spark.catalog.tableExists(self.table.full_name):
