@@ -150,15 +150,16 @@ class ChangeApplier:
             known = events.select(*self.keys).distinct() if ahead is None else ahead
             counts = {bool(r[0]): int(r[1]) for r in known.groupBy(
                 F.lit(True) if ahead is None else F.col("_ahead")).count().collect()}
-            return {**self._write_difference(*self._versions_ahead(log, table, events, ahead)),
-                    "keys_folded_forward": counts.get(True, 0),
+            figures = self._write_difference(
+                table, *self._versions_ahead(log, table, events, ahead))
+            return {**figures, "keys_folded_forward": counts.get(True, 0),
                     "keys_recomputed": counts.get(False, 0)}
         # The keys to recompute: the batch's (broadcast: as many as the batch's rows at most,
         # so the log and the table are read without a shuffle), or every key after a truncate.
         keys = None if truncated else F.broadcast(
             events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys))
         rows = self._versions(log, keys) if self.scd2 else self._latest(log, keys)
-        return self._write_difference(rows, self._of_keys(table, keys))
+        return self._write_difference(table, rows, self._of_keys(table, keys))
 
     def truncate_condition(self) -> Column | None:
         """Which source rows are truncates (None: the table takes none)."""
@@ -321,13 +322,18 @@ class ChangeApplier:
             .localCheckpoint(eager=True)
 
     def _versions_ahead(self, log: DataFrame, table: DataFrame, events: DataFrame,
-                        ahead: DataFrame | None) -> tuple[DataFrame, DataFrame]:
-        """SCD2 without a truncate in the batch: the recomputed versions and the table's rows
-        they replace. A key whose events in the batch are all newer than the log's (``ahead``:
-        a stream in order) changes from its newest version on, and only that is folded: its
+                        ahead: DataFrame | None
+                        ) -> tuple[DataFrame | None, DataFrame | None, DataFrame]:
+        """SCD2 without a truncate in the batch: the versions recomputed from the log and the
+        table's rows they replace (None, None when no key needs it), and the versions folded
+        forward. A key whose events in the batch are all newer than the log's (``ahead``: a
+        stream in order) changes from its newest version on, and only that is folded: its
         current version (as two upserts: its start, and its newest event), then the batch's
-        events; the table's other versions of it cannot change. Any other key is recomputed
-        from the whole of its history in the log. (``ahead`` None: every key is ahead.)"""
+        events. Each folded version is new or changes the current one (every event is newer
+        than it: it moves its sequence, or closes it), and the table's other versions of the
+        key cannot change: they are written as they are, with no comparison with the table.
+        Any other key is recomputed from the whole of its history in the log. (``ahead`` None:
+        every key is ahead.)"""
         if ahead is None:
             forward = F.broadcast(events.select(*self.keys))
             batch = events
@@ -346,10 +352,9 @@ class ChangeApplier:
             .unionByName(started, allowMissingColumns=True)
             .unionByName(newest, allowMissingColumns=True), None)
         if ahead is None or ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
-            return folded, current
+            return None, None, folded
         back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))
-        rows = folded.unionByName(self._versions(log, back))
-        return rows, current.unionByName(self._of_keys(table, back))
+        return self._versions(log, back), self._of_keys(table, back), folded
 
     def _tracked(self, values: list[str]) -> list[str]:
         changes = self.changes
@@ -360,28 +365,20 @@ class ChangeApplier:
         return [c for c in values if c not in excluded]
 
     # ------------------------------------------------------------------ the write
-    def _write_difference(self, rows: DataFrame, current: DataFrame) -> dict[str, int]:
-        """One MERGE that makes the table's rows of the recomputed keys equal ``rows``."""
+    def _write_difference(self, table: DataFrame, rows: DataFrame | None,
+                          current: DataFrame | None, upserts: DataFrame | None = None
+                          ) -> dict[str, int]:
+        """One MERGE into ``table`` that makes its rows of the recomputed keys (``current``)
+        equal ``rows``, and writes ``upserts`` (rows known to be new or changed) as they are."""
         match = [*self.keys, START_AT] if self.scd2 else list(self.keys)
-        columns = current.columns
-        rows = rows.select(*columns)
-        new, old = rows.alias("n"), current.alias("o")
+        columns = table.columns
         rest = [c for c in columns if c not in match]
-        same = F.struct(*[F.col(f"n.{c}") for c in rest]).eqNullSafe(
-            F.struct(*[F.col(f"o.{c}") for c in rest])) if rest else F.lit(True)
-        # Which side a row is missing from: a marker, as keys may themselves be null.
-        new = new.withColumn("_in_new", F.lit(True)).alias("n")
-        old = old.withColumn("_in_old", F.lit(True)).alias("o")
-        action = (F.when(F.col("o._in_old").isNull(), F.lit("insert"))
-                  .when(F.col("n._in_new").isNull(), F.lit("delete"))
-                  .when(~same, F.lit("update")))
-        condition = reduce(operator.and_, [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}"))
-                                           for c in match])
-        diff = new.join(old, condition, "full_outer").select(
-            *[F.coalesce(F.col(f"n.{c}"), F.col(f"o.{c}")).alias(c) if c in match
-              else F.col(f"n.{c}").alias(c) for c in columns],
-            action.alias(_ACTION),
-        ).where(F.col(_ACTION).isNotNull())
+        parts = []
+        if rows is not None and current is not None:
+            parts.append(self._difference(rows.select(*columns), current, match, rest))
+        if upserts is not None:
+            parts.append(upserts.select(*columns, F.lit("upsert").alias(_ACTION)))
+        diff = reduce(DataFrame.unionByName, parts)
         # The difference (which reads the table and the log) computed once, eagerly, into the
         # executors' storage: MERGE reads its source more than once, and plans over these rows
         # instead of the recomputation's plan, which took it longer to plan than to run. Should
@@ -394,11 +391,33 @@ class ChangeApplier:
         values = ", ".join(f"s.{quote(c)}" for c in columns)
         clauses = [f"WHEN MATCHED AND s.{_ACTION} = 'delete' THEN DELETE"]
         if rest:
-            clauses.append(f"WHEN MATCHED AND s.{_ACTION} = 'update' THEN UPDATE SET "
-                           f"{assignments}")
-        clauses.append(f"WHEN NOT MATCHED AND s.{_ACTION} = 'insert' THEN INSERT ({names}) "
-                       f"VALUES ({values})")
+            clauses.append(f"WHEN MATCHED AND s.{_ACTION} IN ('update', 'upsert') THEN UPDATE "
+                           f"SET {assignments}")
+        clauses.append(f"WHEN NOT MATCHED AND s.{_ACTION} IN ('insert', 'upsert') THEN INSERT "
+                       f"({names}) VALUES ({values})")
         return merge_clauses(diff, self.location, on_sql, clauses)
+
+    def _difference(self, rows: DataFrame, current: DataFrame, match: list[str],
+                    rest: list[str]) -> DataFrame:
+        """The rows to insert, update and delete (column ``_action``) to make ``current``
+        equal ``rows``."""
+        columns = current.columns
+        new, old = rows.alias("n"), current.alias("o")
+        same = F.struct(*[F.col(f"n.{c}") for c in rest]).eqNullSafe(
+            F.struct(*[F.col(f"o.{c}") for c in rest])) if rest else F.lit(True)
+        # Which side a row is missing from: a marker, as keys may themselves be null.
+        new = new.withColumn("_in_new", F.lit(True)).alias("n")
+        old = old.withColumn("_in_old", F.lit(True)).alias("o")
+        action = (F.when(F.col("o._in_old").isNull(), F.lit("insert"))
+                  .when(F.col("n._in_new").isNull(), F.lit("delete"))
+                  .when(~same, F.lit("update")))
+        condition = reduce(operator.and_, [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}"))
+                                           for c in match])
+        return new.join(old, condition, "full_outer").select(
+            *[F.coalesce(F.col(f"n.{c}"), F.col(f"o.{c}")).alias(c) if c in match
+              else F.col(f"n.{c}").alias(c) for c in columns],
+            action.alias(_ACTION),
+        ).where(F.col(_ACTION).isNotNull())
 
 
 def same_values(left: DataFrame, right: DataFrame, columns: list[str]) -> Column:
