@@ -47,8 +47,8 @@ demo: $(STAMP)   # the oldest pair's virtualenv is for the tests only
 	$(BIN)/medallion demo
 
 test: setup
-	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadgroup
-	$(OLDEST_BIN)/python -m pytest -q --durations=5 -n 2 --dist loadgroup -m "not slow or demo" \
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadgroup --junitxml=build/tests.xml
+	$(OLDEST_BIN)/python -m pytest -q --durations=5 -n 2 --dist loadgroup --junitxml=build/tests-oldest.xml -m "not slow or demo" \
 	  $(CORE_TESTS) tests/test_readme.py
 
 lint: setup

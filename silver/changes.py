@@ -142,14 +142,13 @@ class ChangeApplier:
         # holds of them, read before the batch's events are added (a replayed batch, whose
         # events the log holds already, has none).
         forward = self.scd2 and not truncated
-        ahead = self._ahead(events) if forward else None
+        ahead, counts = self._ahead(events) if forward else (None, {})
+        if not counts.get(False):
+            ahead = None  # (every key is ahead)
         self._log(events, append)
         log = spark.read.format("delta").load(self.log_location)
         table = spark.read.format("delta").load(self.location)
         if forward:
-            known = events.select(*self.keys).distinct() if ahead is None else ahead
-            counts = {bool(r[0]): int(r[1]) for r in known.groupBy(
-                F.lit(True) if ahead is None else F.col("_ahead")).count().collect()}
             figures = self._write_difference(
                 table, *self._versions_ahead(log, table, events, ahead))
             return {**figures, "keys_folded_forward": counts.get(True, 0),
@@ -290,21 +289,23 @@ class ChangeApplier:
             F.coalesce(F.col(f"_last.{_NEXT_REMOVAL}"), F.lit(False)).alias(DELETED),
         )
 
-    def _ahead(self, events: DataFrame) -> DataFrame | None:
+    def _ahead(self, events: DataFrame) -> tuple[DataFrame | None, dict[bool, int]]:
         """The batch's keys (of ``events``, with no truncate), with ``_ahead``: every event of
         the batch is newer than every event the log holds of the key and than every truncate
         in it; None when every key is. Computed now, eagerly: the log is about to take the
-        batch's events."""
+        batch's events. With how many keys are ahead (True) and how many not (False)."""
         log = events.sparkSession.read.format("delta").load(self.log_location)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
         # A batch entirely newer than the log (a stream in order): every key is ahead, which
-        # the log's newest sequence tells without reading the log by key.
+        # the log's newest sequence tells without reading the log by key (from its files'
+        # statistics), in the job that counts the batch's keys.
         newest = log.agg(F.max(self.seq).alias("_known"))
-        first = events.agg(F.min(self.seq).alias("_first_seq"))
+        first = events.agg(F.min(self.seq).alias("_first_seq"),
+                           F.count_distinct(F.struct(*self.keys)).alias("_keys"))
         whole = first.crossJoin(newest).select(
-            F.col("_known").isNull() | (F.col("_first_seq") > F.col("_known"))).first()
+            F.col("_known").isNull() | (F.col("_first_seq") > F.col("_known")), "_keys").first()
         if whole is not None and whole[0]:
-            return None
+            return None, {True: int(whole[1])}
         keys = F.broadcast(batch.select(*self.keys))
         known = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys) \
             .groupBy(*self.keys).agg(F.max(self.seq).alias("_known"))
@@ -318,8 +319,10 @@ class ChangeApplier:
             joined = joined.crossJoin(F.broadcast(last))
             ahead = ahead & (F.col("_truncated_at").isNull()
                              | (F.col("_first_seq") > F.col("_truncated_at")))
-        return joined.select(*self.keys, F.coalesce(ahead, F.lit(False)).alias("_ahead")) \
+        joined = joined.select(*self.keys, F.coalesce(ahead, F.lit(False)).alias("_ahead")) \
             .localCheckpoint(eager=True)
+        return joined, {bool(r[0]): int(r[1])
+                        for r in joined.groupBy("_ahead").count().collect()}
 
     def _versions_ahead(self, log: DataFrame, table: DataFrame, events: DataFrame,
                         ahead: DataFrame | None
@@ -351,7 +354,7 @@ class ChangeApplier:
             batch.select(*[c for c in columns if c in batch.columns], OP)
             .unionByName(started, allowMissingColumns=True)
             .unionByName(newest, allowMissingColumns=True), None)
-        if ahead is None or ahead.where(~F.col("_ahead")).isEmpty():  # (the log is not read)
+        if ahead is None:  # (the log is not read)
             return None, None, folded
         back = F.broadcast(ahead.where(~F.col("_ahead")).select(*self.keys))
         return self._versions(log, back), self._of_keys(table, back), folded

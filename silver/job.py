@@ -314,9 +314,10 @@ class SilverJob(StreamingJob):
         found = ""
         if versions != scd2:
             found = "with SCD type 2 versions" if versions else "without SCD type 2 versions"
-        elif self.applier and not existing.isEmpty() and (
+        elif self.applier and (
                 not is_delta_table(self.spark, self.applier.log_location)
-                or self.spark.read.format("delta").load(self.applier.log_location).isEmpty()):
+                or self.spark.read.format("delta").load(self.applier.log_location).isEmpty()
+        ) and not existing.isEmpty():  # (the table read last: its log is rarely empty)
             found = "without a change log"
         if found:
             want = f"mode {self.spec.mode.value}" + (", with a change log" if self.applier else "")
