@@ -171,6 +171,11 @@ class LakeInUseError(UsageError):
     which run, on which host, since when; exit code 2."""
 
 
+class OperationOpenError(UsageError):
+    """Raised when a command would change tables while an operation that rewrites them (a
+    refresh, a backfill) is still open in the lake's journal (:mod:`framework.journal`)."""
+
+
 class TableNotFoundError(UsageError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
 

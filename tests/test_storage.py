@@ -107,6 +107,25 @@ def test_every_store_keeps_the_same_contract(store: tuple[Storage, str], tmp_pat
     s.delete(f"{root}/in/b.json")
     assert not s.exists(f"{root}/in/b.json")
 
+    # folders: moved whole in one rename (parents made, no source left, an existing target
+    # or a missing source refused), deleted with all they hold, a missing one no error
+    s.write_bytes(f"{root}/ckpt/offsets/0", b"v1")
+    s.write_bytes(f"{root}/ckpt/commits/0", b"v1")
+    s.move_folder(f"{root}/ckpt", f"{root}/aside/op/ckpt")
+    assert not s.exists(f"{root}/ckpt")
+    assert sorted(f.path for f in s.list_files(f"{root}/aside/op/ckpt")) == [
+        f"{root}/aside/op/ckpt/commits/0", f"{root}/aside/op/ckpt/offsets/0"]
+    assert s.open(f"{root}/aside/op/ckpt/offsets/0").read() == b"v1"
+    s.makedirs(f"{root}/ckpt")
+    with pytest.raises(StorageError, match=r"expected no (file|folder) at move target"):
+        s.move_folder(f"{root}/ckpt", f"{root}/aside/op/ckpt")
+    with pytest.raises(StorageError, match="expected a folder to move"):
+        s.move_folder(f"{root}/nothing", f"{root}/aside/op/nothing")
+    assert s.exists(f"{root}/aside/op/ckpt/offsets/0")
+    s.delete_folder(f"{root}/aside")
+    s.delete_folder(f"{root}/aside")
+    assert not s.exists(f"{root}/aside") and list(s.list_files(f"{root}/aside")) == []
+
     # times: set where the store lets a writer set them; touch brings one to now
     if s.resolution_ms(root) == 1:
         s.upload(str(local), f"{root}/in/old.json", modified_ms=1_700_000_000_123)
@@ -135,3 +154,39 @@ def test_one_path_spelled_two_ways_is_one_file(a: str, b: str) -> None:
     assert from_uri(a) == from_uri(b) == local_path(b)
     assert local_path("hdfs://nn:8020/lake/a.json") == "hdfs://nn:8020/lake/a.json"
     assert local_path("file:/tmp/a#b%20.json") == "/tmp/a#b%20.json"  # a name, not a URI
+
+
+def test_the_journal_keeps_its_records_on_every_store(store: tuple[Storage, str]) -> None:
+    from framework.errors import OperationOpenError
+    from framework.journal import Journal, JournalState, OperationKind
+
+    s, root = store
+    journal = Journal(s, root)
+    assert journal.last() is None
+    begun = journal.begin(OperationKind.REFRESH, {"tables": ["silver.orders"]})
+    assert begun.op.startswith("r-") and begun.seq == 0
+    assert journal.last() == begun
+    assert begun.body == {"kind": "refresh", "tables": ["silver.orders"]}
+    with pytest.raises(OperationOpenError, match=f"found {begun.op} \\(planned since"):
+        journal.begin(OperationKind.BACKFILL, {})
+    assert journal.append(JournalState.SET_ASIDE, aside=["silver.orders"]).seq == 1
+    assert journal.append(JournalState.RESET).seq == 2
+    # a record cut short by a kill (an ADLS create stops before its flush) is skipped, and
+    # keeps its number
+    s.create(f"{root}/_refresh/journal/0003.json", b"")
+    last = journal.last()
+    assert last is not None and last.state is JournalState.RESET
+    assert journal.append(JournalState.REBUILT).seq == 4
+    s.write_bytes(f"{journal.workspace(begun.op)}/aside/silver/orders/offsets/0", b"v1")
+    with pytest.raises(StorageError, match=r"expected .* done or rolled back to close it"):
+        journal.close()
+    journal.append(JournalState.DONE)
+    journal.close()
+    journal.close()  # nothing open: nothing to do
+    assert journal.last() is None and not s.exists(journal.workspace(begun.op))
+    assert [(r.seq, r.state) for r in journal.closed(begun.op)] == [
+        (0, JournalState.PLANNED), (1, JournalState.SET_ASIDE), (2, JournalState.RESET),
+        (4, JournalState.REBUILT), (5, JournalState.DONE)]
+    # a begin cut short (no first record that parses) is no operation: cleared
+    s.create(f"{root}/_refresh/journal/0000.json", b'{"op": ')
+    assert journal.last() is None and not s.exists(f"{root}/_refresh/journal")

@@ -252,6 +252,29 @@ class AdlsStorage:
         except ResourceNotFoundError:
             return
 
+    def move_folder(self, src: str, dst: str) -> None:
+        s, d = self._parse(src), self._parse(dst)
+        if self.exists(dst):
+            raise StorageError(f"expected no folder at move target {dst}, found one "
+                               f"(source {src})")
+        if not self.exists(src):
+            raise StorageError(f"expected a folder to move at {src}, found none (target {dst})")
+        if d.parent:
+            self.makedirs(d.url(d.parent))
+        folder = self.client.get_directory_client(s.filesystem, s.path)
+        self._call("move", src, lambda: folder.rename_directory(f"{d.filesystem}/{d.path}"))
+
+    def delete_folder(self, path: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        p = self._parse(path)
+        folder = self.client.get_directory_client(p.filesystem, p.path)
+        try:
+            self._call("delete", path, folder.delete_directory,
+                       passthrough=(ResourceNotFoundError,))
+        except ResourceNotFoundError:
+            return
+
     def list_files(self, path: str) -> Iterator[FileInfo]:
         """Every file under ``path``, recursively, following continuation tokens."""
         from azure.core.exceptions import ResourceNotFoundError

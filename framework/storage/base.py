@@ -46,6 +46,14 @@ class Storage(Protocol):
         """Delete a file (or an empty folder, on stores that have folders); a missing one is
         not an error."""
 
+    def move_folder(self, src: str, dst: str) -> None:
+        """Move a folder and all it holds in one rename (atomic on a local disk, HDFS and ADLS
+        with a hierarchical namespace), creating the target's parents; a missing source or an
+        existing target is an error."""
+
+    def delete_folder(self, path: str) -> None:
+        """Delete a folder and all it holds; a missing one is not an error."""
+
     def list_files(self, path: str) -> Iterator[FileInfo]:
         """Every file under ``path``, recursively; nothing for a missing folder."""
 

@@ -109,6 +109,16 @@ class HadoopStorage:
         fs, p = self._fs(path)
         self._call("delete", path, lambda: fs.delete(p, False))
 
+    def move_folder(self, src: str, dst: str) -> None:
+        fs, s = self._fs(src)
+        if not self._call("check", src, lambda: fs.exists(s) and fs.getFileStatus(s).isDirectory()):
+            raise StorageError(f"expected a folder to move at {src}, found none (target {dst})")
+        self.move(src, dst)
+
+    def delete_folder(self, path: str) -> None:
+        fs, p = self._fs(path)
+        self._call("delete", path, lambda: fs.delete(p, True))
+
     def list_files(self, path: str) -> Iterator[FileInfo]:
         fs, p = self._fs(path)
         if not self.exists(path):

@@ -66,6 +66,20 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot delete {local_path(path)}: {exc}") from exc
 
+    def move_folder(self, src: str, dst: str) -> None:
+        s = local_path(src)
+        if not os.path.isdir(s):
+            raise StorageError(f"expected a folder to move at {s}, found none (target {dst})")
+        self.move(src, dst)
+
+    def delete_folder(self, path: str) -> None:
+        try:
+            shutil.rmtree(local_path(path))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot delete {local_path(path)}: {exc}") from exc
+
     def list_files(self, path: str) -> Iterator[FileInfo]:
         base = local_path(path)
         for folder, _dirs, files in os.walk(base):
