@@ -122,6 +122,12 @@ class BronzeTableSpec(TableSpec):
     def backlog_path(self, table: Table) -> str | None:
         return self.landing(table)
 
+    def rebuild_refusal(self, table: Table) -> str | None:
+        return ("a bronze table is rebuilt from the files it was fed: stop its runs, move its "
+                "checkpoint aside, empty it and its _quarantine and _files tables, move its "
+                "archived files back into landing, and run (the README's 'Resetting a "
+                "checkpoint safely'); refresh the tables downstream of it after that")
+
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)
 

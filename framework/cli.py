@@ -90,6 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
     p.set_defaults(handler=cmd_run)
 
+    p = sub.add_parser("refresh", parents=[common], help="rebuild tables from their sources",
+                       description="Rebuild silver and gold tables from their sources: each "
+                       "table's checkpoint is set aside and the table emptied, then its query "
+                       "reads its source again from the start. Prints the plan first. A refresh "
+                       "stopped or killed halfway is completed by the next 'refresh' or 'run'; "
+                       "one whose rebuild fails is rolled back (every table restored).")
+    p.add_argument("table", nargs="+", help="a table: silver.orders, its full or short name")
+    p.add_argument("--downstream", action="store_true",
+                   help="refresh every table that reads them too (without it, a refresh "
+                   "that would leave such tables stale is refused)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan only")
+    p.set_defaults(handler=cmd_refresh)
+
     p = sub.add_parser("status", parents=[common], help="tables, row counts, checkpoints",
                        description="For each configured table: rows, Delta version, last "
                        "committed batch of its checkpoint, and files waiting in landing; for "
@@ -262,6 +275,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.summary:
         write_json(args.summary, summary.to_dict())
     return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    from framework.job import RunContext, RunStatus, StopSignal
+    from framework.journal import Journal
+    from framework.refresh import Refresh, finish_open, plan_refresh
+    from framework.runner import run_tables
+
+    project = project_of(args)
+    stop = StopSignal()
+    with stop.on_signals(signal.SIGTERM, signal.SIGINT):
+        spark = spark_for(project, "medallion refresh", writes=not args.dry_run)
+        ctx = RunContext(stop=stop)
+        if lake_run_id():
+            ctx.run_id = lake_run_id() or ctx.run_id
+        if not args.dry_run:
+            finish_open(spark, project, ctx, run_tables)  # (one a kill left open: first)
+        refresh = Refresh(spark, project, ctx, run_tables)
+        plan = plan_refresh(spark, project, args.table, args.downstream)
+        print(plan.render(), flush=True)
+        if args.dry_run:
+            return EXIT_OK
+        summary = refresh.begin(plan)
+    if summary.tables:
+        print(summary.render())
+    if summary.status is RunStatus.FAILED:
+        return EXIT_FAILED
+    done = not Journal(refresh.store, project.env.root).records()
+    print("refresh done" if done else "refresh stopped: the next 'medallion run' or "
+          "'medallion refresh' completes it")
+    return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -42,6 +42,9 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
     watching = (ProgressListener.install(spark).watching(watch) if watch
                 else contextlib.nullcontext())
     with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
+        from framework.refresh import finish_open
+
+        finish_open(spark, project, ctx, run_tables)  # a refresh left open: completed first
         return run_tables(spark, project, tables, ctx)
 
 

@@ -33,11 +33,11 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.job import Job, RunContext, RunStatus
 from framework.jvm import size_estimate
 from framework.sqlcheck import analysis_problem, grouping_problems
-from gold.spec import JoinType, MartSpec
+from gold.spec import BUILT_FROM, JoinType, MartSpec
 
 ColumnList = list[tuple[str, str]]  # (name, comment)
 
-VERSIONS = "medallion.mart.built_from"  # table property: {table: Delta version} last built
+VERSIONS = BUILT_FROM  # table property: {table: Delta version} last built
 # The columns of an SCD2 dimension's versions (silver.changes; named here as gold may not
 # import silver).
 START_AT, END_AT, IS_CURRENT = "__start_at", "__end_at", "__is_current"

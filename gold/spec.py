@@ -47,7 +47,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
+from framework.config.model import (
+    Layer,
+    ProjectConfig,
+    Rebuild,
+    RebuildMethod,
+    SqlKind,
+    SqlText,
+    Table,
+    TableSpec,
+)
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import check_interval, split_commits_advice
@@ -58,6 +67,9 @@ WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
 
 def _interval(value: str | None, positive: bool = True) -> str | None:
     return value if value is None else check_interval(value, positive=positive)
+
+
+BUILT_FROM = "medallion.mart.built_from"  # table property: {table: Delta version} last built
 
 
 class Kind(StrEnum):
@@ -279,6 +291,13 @@ class MartSpec(GoldSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.fact.layer, self.fact.table),
                 *((d.layer, d.table) for d in self.dimensions)]
+
+    def rebuild(self, table: Table) -> Rebuild | None:
+        """A materialized mart: its table emptied and what it was built from forgotten, so
+        that its next build is whole; a view reads the new rows by itself (None)."""
+        if not self.materialize:
+            return None
+        return Rebuild(RebuildMethod.WHOLE, (table.location,), properties=(BUILT_FROM,))
 
     def sql_texts(self) -> list[SqlText]:
         texts = super().sql_texts()

@@ -326,10 +326,10 @@ class SilverJob(StreamingJob):
             raise TableModeError(
                 self.table.full_name, "create tables",
                 f"expected a table written in {want}, found one written {found}: its rows "
-                f"cannot be carried on in the new mode. Rebuild it from its source (the README's "
-                f"'Resetting a checkpoint safely': move its checkpoint "
-                f"({self.table.checkpoint}) aside, drop the table and its companions and delete "
-                f"their folders ({', '.join(folders)}), run), and the tables downstream of it")
+                f"cannot be carried on in the new mode. Rebuild it from its source: move its "
+                f"checkpoint ({self.table.checkpoint}) aside, drop the table and its companions "
+                f"and delete their folders ({', '.join(folders)}), run; then 'medallion refresh' "
+                f"the tables downstream of it")
 
     def _create_bucketed(self, schema: StructType) -> None:
         if self.spark.catalog.tableExists(self.table.full_name):

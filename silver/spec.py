@@ -34,7 +34,16 @@ from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
+from framework.config.model import (
+    Layer,
+    ProjectConfig,
+    Rebuild,
+    RebuildMethod,
+    SqlKind,
+    SqlText,
+    Table,
+    TableSpec,
+)
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import check_interval, split_commits_advice
@@ -251,6 +260,19 @@ class SilverTableSpec(TableSpec):
 
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
+
+    def rebuild(self, table: Table) -> Rebuild:
+        """Its stream's checkpoint, its table and its companions (quarantine, change log)."""
+        return Rebuild(RebuildMethod.STREAM, (
+            table.location, table.companion_location("quarantine"),
+            table.companion_location("changes")), table.checkpoint)
+
+    def rebuild_refusal(self, table: Table) -> str | None:
+        if self.format is TableFormat.PARQUET:
+            return ("a format: parquet table has no Delta history to empty it in and restore "
+                    "it from: rebuild it by hand (move its checkpoint aside, drop the table, "
+                    "run)")
+        return None
 
     @property
     def changes(self) -> Changes | None:

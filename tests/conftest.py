@@ -16,7 +16,7 @@ from tests.support import Lakehouse, QuickstartLake, run_quickstart
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
 LONG = ("test_crash", "test_readme", "test_lifecycle", "test_kafka", "test_report",
-        "test_serve", "test_connect")  # a minute or more each
+        "test_serve", "test_connect", "test_refresh")  # a minute or more each
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

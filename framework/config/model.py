@@ -275,6 +275,28 @@ class SqlText(NamedTuple):
     text: str
 
 
+class RebuildMethod(StrEnum):
+    """How ``medallion refresh`` rebuilds a table from its sources."""
+
+    # its query's checkpoint set aside and its tables emptied: the query reads its source
+    # again from the start, with state from zero
+    STREAM = "stream"
+    # its table emptied and its build-state property removed: the next build is a whole one
+    WHOLE = "whole"
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """What a refresh resets for a table: the Delta tables it writes (its own location first,
+    then its companions: quarantine, change log), its checkpoint, and the table properties that
+    record what its rows were built from."""
+
+    method: RebuildMethod
+    locations: tuple[str, ...]
+    checkpoint: str | None = None
+    properties: tuple[str, ...] = ()
+
+
 class TableSpec(Model):
     """What every table spec has; each layer's spec extends it (see ``framework.layers``)."""
 
@@ -315,6 +337,15 @@ class TableSpec(Model):
         """Warnings about a valid configuration that will not do what it is likely meant to
         (a join that cannot prune, say); shown by ``medallion validate``. None by default."""
         return []
+
+    def rebuild(self, table: Table) -> Rebuild | None:
+        """How ``medallion refresh`` rebuilds the table; None for one that holds no rows of
+        its own (a view). By default: its stream's checkpoint and its own table reset."""
+        return Rebuild(RebuildMethod.STREAM, (table.location,), table.checkpoint)
+
+    def rebuild_refusal(self, table: Table) -> str | None:
+        """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
+        return None
 
 
 @dataclass(frozen=True)

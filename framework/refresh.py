@@ -1,0 +1,312 @@
+"""``medallion refresh``: rebuild tables from their sources, as one operation that a kill
+cannot leave half done.
+
+A refresh of silver and gold tables (with ``--downstream``, of every table that reads them
+too) takes these steps, in the tables' flow order, each recorded in the lake's journal
+(:mod:`framework.journal`) once done:
+
+1. ``planned``: the tables, and for each the Delta tables it writes (its own, its quarantine,
+   its change log) with their version and rows before the refresh;
+2. ``set_aside``: each table's checkpoint moved into the operation's folder (one rename), so
+   that its query reads its source again from the start, with state from zero;
+3. ``reset``: each table emptied with ``DELETE FROM`` (its former rows stay in its Delta
+   history), and a materialized mart's record of what it was built from removed, so that its
+   next build is whole;
+4. ``rebuilt``: the tables run (availableNow) from their new checkpoints;
+5. ``done``: the journal closed, the old checkpoints deleted.
+
+**Killed at any step, a refresh is completed**, never rolled back, by the next ``medallion
+refresh`` or ``medallion run``, which reads the journal before anything else: the steps from
+the last one recorded on are taken again, and each is safe to take twice (a checkpoint already
+moved is not moved again; no job ran since the tables were emptied, so emptying them again
+loses nothing; the rebuild resumes from the new checkpoints). **A rebuild that fails** (a bad
+expression in the new spec, say) leaves the refresh open, with the reason: the next command
+tries again, and completes it once the cause is fixed; putting the former spec back rebuilds
+the tables as they were.
+
+Why forward and not back: once a table is emptied, a query that reads it as a stream (gold
+reading silver) can only go on from a new checkpoint. Restoring the table (``RESTORE``) and the
+reader's old checkpoint would have the reader meet the emptying commit (Delta's stream source
+fails on deleted rows) and then the restore's commit, whose files it would read as new rows:
+a rollback is consistent only before the first table is emptied, and a refresh is only ever
+finished by rebuilding every table it emptied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from framework.config.model import Layer, ProjectConfig, RebuildMethod, Table
+from framework.delta import is_delta_table, sql_string
+from framework.errors import JobError, StorageError, UsageError
+from framework.identifiers import quote_path
+from framework.job import RunContext, RunStatus, RunSummary
+from framework.journal import Journal, JournalState, OperationKind, Record
+from framework.logging import get_logger
+from framework.storage import Storage, storage_for
+
+
+@dataclass(frozen=True)
+class Target:
+    """A Delta table a refresh empties, with its version and rows before (None: no table)."""
+
+    location: str
+    version: int | None
+    rows: int
+
+
+@dataclass(frozen=True)
+class PlannedTable:
+    """One table of a refresh: how it is rebuilt (None: a view, which reads the new rows by
+    itself), its checkpoint and where it is set aside, and the Delta tables it writes."""
+
+    table: str  # its full name
+    layer: str
+    name: str
+    method: str | None
+    checkpoint: str | None = None
+    targets: tuple[Target, ...] = ()
+    properties: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlannedTable:
+        return cls(**{**data, "targets": tuple(Target(**t) for t in data["targets"]),
+                      "properties": tuple(data["properties"])})
+
+
+@dataclass(frozen=True)
+class RefreshPlan:
+    """The tables a refresh rebuilds, in flow order."""
+
+    tables: tuple[PlannedTable, ...]
+    asked: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asked": list(self.asked), "tables": [asdict(t) for t in self.tables]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RefreshPlan:
+        return cls(tuple(PlannedTable.from_json(t) for t in data["tables"]),
+                   tuple(data.get("asked", ())))
+
+    def render(self) -> str:
+        """The plan as a person reads it: a line per table, in the order they are rebuilt."""
+        lines = ["refresh plan, in flow order:"]
+        width = max(len(t.table) for t in self.tables)
+        for t in self.tables:
+            if t.method is None:
+                lines.append(f"  {t.table:<{width}}  view: reads the new rows")
+                continue
+            held = []
+            for target in t.targets:
+                name = target.location.rstrip("/").rpartition("/")[2]
+                held.append(f"{name} {target.rows:,} rows at version {target.version}"
+                            if target.version is not None else f"{name} (none yet)")
+            how = "emptied, rebuilt whole" if t.method == RebuildMethod.WHOLE.value \
+                else "emptied, its query read again from the start"
+            lines.append(f"  {t.table:<{width}}  {how}: " + "; ".join(held))
+            if t.checkpoint:
+                lines.append(f"  {'':<{width}}  checkpoint {t.checkpoint} set aside until the "
+                             f"rebuild commits")
+        return "\n".join(lines)
+
+
+def resolve_table(project: ProjectConfig, name: str) -> Table:
+    """A configured table by its full name, ``layer.name`` or short name."""
+    layer, dot, short = name.partition(".")
+    if dot and layer in {x.value for x in Layer} and "." not in short:
+        return project.table(short, Layer(layer))
+    return project.table(name)
+
+
+def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
+                 downstream: bool) -> RefreshPlan:
+    """The plan of refreshing ``names`` (and, with ``downstream``, every table that reads
+    them): what each table holds now. Raises :class:`UsageError` for a table a refresh cannot
+    rebuild, and, without ``downstream``, for tables that read a refreshed one, which would
+    otherwise keep rows their source no longer has."""
+    asked = [resolve_table(project, n) for n in names]
+    for table in asked:
+        why = table.spec.rebuild_refusal(table)
+        if why:
+            raise UsageError(f"expected a table refresh can rebuild, found {table.full_name}: "
+                             f"{why}")
+    chosen = {(t.layer, t.name) for t in asked}
+    tables = project.fed_by(asked)
+    readers = [t for t in tables if (t.layer, t.name) not in chosen
+               and t.spec.rebuild(t) is not None]
+    if readers and not downstream:
+        raise UsageError(
+            f"expected the tables that read {', '.join(t.full_name for t in asked)} to be "
+            f"refreshed with them, found {', '.join(t.full_name for t in readers)} not asked "
+            f"for: they would keep rows their source no longer has. Add --downstream to "
+            f"refresh them too")
+    for table in readers:
+        why = table.spec.rebuild_refusal(table)
+        if why:
+            raise UsageError(f"expected every table downstream to be one refresh can rebuild, "
+                             f"found {table.full_name}: {why}")
+    planned = []
+    for table in tables:
+        rebuild = table.spec.rebuild(table)
+        if rebuild is None:
+            planned.append(PlannedTable(table.full_name, table.layer.value, table.name, None))
+            continue
+        targets = tuple(_target(spark, location) for location in rebuild.locations)
+        planned.append(PlannedTable(
+            table.full_name, table.layer.value, table.name, rebuild.method.value,
+            rebuild.checkpoint,
+            # (its own table always, companions that exist)
+            tuple(t for i, t in enumerate(targets) if i == 0 or t.version is not None),
+            rebuild.properties))
+    return RefreshPlan(tuple(planned), tuple(t.full_name for t in asked))
+
+
+def _target(spark: SparkSession, location: str) -> Target:
+    if not is_delta_table(spark, location):
+        return Target(location, None, 0)
+    last = spark.sql(f"DESCRIBE HISTORY {quote_path(location)} LIMIT 1").first()
+    rows = spark.read.format("delta").load(location).count()  # (from the log's statistics)
+    return Target(location, int(last["version"]) if last else None, rows)
+
+
+# How tables are run: framework.runner.run_tables (given, as the runner completes an open refresh)
+RunTables = Callable[[SparkSession, ProjectConfig, Sequence[Table], RunContext], RunSummary]
+
+
+class Refresh:
+    """Takes a refresh's steps (see the module's account), from a plan or from the journal;
+    ``run`` runs the tables it rebuilds."""
+
+    def __init__(self, spark: SparkSession, project: ProjectConfig, ctx: RunContext,
+                 run: RunTables, journal: Journal | None = None) -> None:
+        self.spark = spark
+        self.project = project
+        self.ctx = ctx
+        self.run = run
+        root = project.env.root
+        self.store: Storage = storage_for(root, project.env, spark)
+        self.journal = journal or Journal(self.store, root)
+        self.log = get_logger(env=project.env.name, run_id=ctx.run_id)
+
+    # ------------------------------------------------------------------ entry points
+    def begin(self, plan: RefreshPlan) -> RunSummary:
+        """Record the plan, then take every step."""
+        record = self.journal.begin(OperationKind.REFRESH, {"plan": plan.to_json()})
+        self.log.info("refresh.planned", op=record.op, tables=[t.table for t in plan.tables])
+        return self.resume()
+
+    def resume(self) -> RunSummary:
+        """Take the open refresh's steps from the last one recorded on; roll it back when its
+        rebuild fails. Returns the rebuild's summary (empty when it was already done)."""
+        records = self.journal.records()
+        if not records:
+            return RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
+        op, state = records[-1].op, records[-1].state
+        plan = _plan_of(records)
+        log = self.log.bind(op=op)
+        summary = RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
+        if plan is None:  # (begun, killed before its plan was recorded: nothing was done)
+            self.journal.append(JournalState.ROLLED_BACK, reason="no plan recorded")
+            self.journal.close()
+            return summary
+        if state is JournalState.PLANNED:
+            self._set_aside(op, plan, log)
+            state = self.journal.append(JournalState.SET_ASIDE).state
+        if state is JournalState.SET_ASIDE:
+            self._reset(op, plan, log)
+            state = self.journal.append(JournalState.RESET).state
+        if state is JournalState.RESET:
+            summary = self._rebuild(op, plan, log)
+            if summary.status is RunStatus.FAILED:
+                failed = [t.table for t in summary.tables if t.status is RunStatus.FAILED]
+                log.error("refresh.rebuild.failed", tables=failed)
+                raise JobError("refresh", "rebuild", f"expected every table of refresh {op} to "
+                               f"rebuild, found {', '.join(failed)} failed. The refresh stays "
+                               f"open: fix the cause and run 'medallion run' or 'medallion "
+                               f"refresh' again, which completes it (to go back, put the former "
+                               f"spec back: the tables are rebuilt as they were). Until it is "
+                               f"done, the old checkpoints are kept under "
+                               f"{self.journal.workspace(op)} and the tables' former versions "
+                               f"in their Delta history")
+            if summary.stopped or any(t.status is RunStatus.SKIPPED for t in summary.tables):
+                log.warning("refresh.stopped", reason="a stop was requested: the next "
+                            "'medallion run' or 'medallion refresh' completes the refresh")
+                return summary
+            state = self.journal.append(JournalState.REBUILT).state
+        if state is JournalState.REBUILT:
+            log.info("refresh.finishing")
+            self.journal.append(JournalState.DONE)
+        self.journal.close()
+        log.info("refresh.done", tables=[t.table for t in plan.tables])
+        return summary
+
+    # ------------------------------------------------------------------ the steps
+    def _aside(self, op: str, table: PlannedTable) -> str:
+        return f"{self.journal.workspace(op)}/aside/{table.layer}/{table.name}"
+
+    def _set_aside(self, op: str, plan: RefreshPlan, log: Any) -> None:
+        for t in plan.tables:
+            if not t.checkpoint:
+                continue
+            aside = self._aside(op, t)
+            there, moved = self.store.exists(t.checkpoint), self.store.exists(aside)
+            if there and moved:
+                raise StorageError(f"expected the checkpoint of {t.table} in one place for "
+                                   f"refresh {op}, found it at {t.checkpoint} and set aside at "
+                                   f"{aside}")
+            if there:
+                log.info("refresh.checkpoint.moving", table=t.table, checkpoint=t.checkpoint,
+                         aside=aside)
+                self.store.move_folder(t.checkpoint, aside)
+                log.info("refresh.checkpoint.moved", table=t.table)
+
+    def _reset(self, op: str, plan: RefreshPlan, log: Any) -> None:
+        for t in plan.tables:
+            for target in t.targets:
+                if not is_delta_table(self.spark, target.location):
+                    continue
+                log.info("refresh.table.resetting", table=t.table, location=target.location)
+                self.spark.sql(f"DELETE FROM {quote_path(target.location)}")
+            if t.properties and t.targets and is_delta_table(self.spark, t.targets[0].location):
+                names = ", ".join(sql_string(p) for p in t.properties)
+                self.spark.sql(f"ALTER TABLE {quote_path(t.targets[0].location)} "
+                               f"UNSET TBLPROPERTIES IF EXISTS ({names})")
+            log.info("refresh.table.reset", table=t.table)
+
+    def _rebuild(self, op: str, plan: RefreshPlan, log: Any) -> RunSummary:
+        tables = [self.project.table(t.name, Layer(t.layer)) for t in plan.tables]
+        log.info("refresh.rebuild.started", tables=[t.table for t in plan.tables])
+        return self.run(self.spark, self.project, tables, self.ctx)
+
+
+def _plan_of(records: list[Record]) -> RefreshPlan | None:
+    first = records[0].body.get("plan") if records else None
+    return RefreshPlan.from_json(first) if first else None
+
+
+def finish_open(spark: SparkSession, project: ProjectConfig, ctx: RunContext,
+                run: RunTables) -> None:
+    """Complete (or finish rolling back) a refresh a command left open, before anything else
+    writes the lake; a rebuild that fails is rolled back and reported, and the caller goes on.
+    With nothing open it costs one check of the journal's folder."""
+    store = storage_for(project.env.root, project.env, spark)
+    journal = Journal(store, project.env.root)
+    if not store.exists(journal.folder):
+        return
+    last = journal.last()
+    if last is None:
+        return
+    log = get_logger(env=project.env.name, run_id=ctx.run_id, op=last.op)
+    log.warning("refresh.resuming", state=last.state.value,
+                reason="a refresh was left open (stopped or killed): it is completed first")
+    try:
+        Refresh(spark, project, ctx, run, journal).resume()
+    except JobError as exc:
+        log.warning("refresh.rolled_back", error=str(exc))
+
+

@@ -1,0 +1,216 @@
+"""``medallion refresh``: a changed silver expression rebuilt with the tables downstream equals
+a lake built fresh with the new spec; a refresh stopped after any step is completed by the
+next command; a rebuild that fails is rolled back to the tables as they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from framework.cli import main
+from framework.config.model import Layer
+from framework.job import RunContext, RunSummary
+from framework.journal import Journal, JournalState
+from framework.refresh import Refresh, plan_refresh
+from framework.runner import run_tables
+from framework.storage import LocalStorage
+from tests.support import Lakehouse, bronze_spec, order, write_json_lines
+
+AMOUNT = "quantity * 2"
+GOLD = {"description": "amounts per customer and day", "source": "orders",
+        "event_time": "event_time", "watermark": "1 hour",
+        "window": {"type": "tumbling", "duration": "1 day"}, "group_by": ["customer_id"],
+        "aggregates": [{"name": "amount", "expr": "sum(amount)"},
+                       {"name": "orders", "expr": "count(*)"}],
+        "output_mode": "update"}
+
+
+def silver(amount: str = AMOUNT, **extra: Any) -> dict[str, Any]:
+    return {"description": "orders", "source": {"table": "orders"},
+            "columns": [{"name": "order_id"}, {"name": "customer_id"}, {"name": "quantity"},
+                        {"name": "event_time"},
+                        {"name": "amount", "expr": amount, "type": "bigint"}],
+            "event_time": "event_time",
+            "expectations": [{"name": "more_than_one", "rule": "quantity > 1",
+                              "action": "quarantine"}, *extra.pop("expectations", [])],
+            "dedup": {"keys": ["order_id"], "delay": "1 hour"}, **extra}
+
+
+def lake(base: Path) -> Lakehouse:
+    """Bronze orders from 3 files (an order sent twice), silver (a quarantine rule, dedup)
+    and a gold aggregate of silver."""
+    lakehouse = Lakehouse(base)
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver())
+    lakehouse.add_table("gold", "customer_sales", GOLD)
+    for f in range(3):
+        write_json_lines(lakehouse.path("landing", "orders", f"part-{f}.json"),
+                         [order(i) for i in range(f * 10, f * 10 + 10)] + [order(f * 10)])
+    return lakehouse
+
+
+def cli(lakehouse: Lakehouse, *args: str) -> int:
+    return main([*args, "--conf", str(lakehouse.conf), "--env", lakehouse.env_name,
+                 "--log-format", "json"])
+
+
+def delta(spark: SparkSession, lakehouse: Lakehouse, layer: str, name: str) -> DataFrame:
+    return spark.read.format("delta").load(str(lakehouse.path("tables", layer, name)))
+
+
+def version(spark: SparkSession, lakehouse: Lakehouse, layer: str, name: str) -> int:
+    location = lakehouse.path("tables", layer, name)
+    row = spark.sql(f"DESCRIBE HISTORY delta.`{location}` LIMIT 1").first()
+    assert row is not None
+    return int(row["version"])
+
+
+def assert_same_tables(spark: SparkSession, a: Lakehouse, b: Lakehouse) -> None:
+    """Silver, its quarantine and gold hold the same rows in ``a`` and ``b`` (the columns that
+    say when or in which batch a row was written left out)."""
+    for layer, name in (("silver", "orders"), ("silver", "orders_quarantine"),
+                        ("gold", "customer_sales")):
+        left, right = delta(spark, a, layer, name), delta(spark, b, layer, name)
+        kept = [c for c in left.columns if c not in ("_batch_id", "_quarantined_at")]
+        assert_df_equality(left.select(*kept), right.select(*kept), ignore_row_order=True,
+                           ignore_nullable=True)
+
+
+def closed_states(lakehouse: Lakehouse) -> list[JournalState]:
+    journal = Journal(LocalStorage(), str(lakehouse.root))
+    assert not (lakehouse.root / "_refresh" / "journal").exists()
+    ops = sorted(p.name for p in (lakehouse.root / "_refresh" / "closed").iterdir())
+    return [r.state for r in journal.closed(ops[-1])]
+
+
+def test_a_changed_silver_expression_refreshed_downstream_equals_a_fresh_lake(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = lake(tmp_path / "a"), lake(tmp_path / "b")
+    assert cli(a, "run", "all") == 0
+    bronze = (version(spark, a, "bronze", "orders"), delta(spark, a, "bronze", "orders").count())
+    assert delta(spark, a, "silver", "orders_quarantine").count() > 0
+    for lakehouse in (a, b):
+        lakehouse.add_table("silver", "orders", silver("quantity * 3"))
+    before = version(spark, a, "silver", "orders")
+    capsys.readouterr()
+
+    # gold reads silver: refused without --downstream, naming it
+    assert cli(a, "refresh", "silver.orders") == 2
+    err = capsys.readouterr().err
+    assert f"{a.schemas['gold']}.customer_sales" in err and "--downstream" in err
+    # the plan, in flow order, and nothing done
+    assert cli(a, "refresh", "silver.orders", "--downstream", "--dry-run") == 0
+    plan = capsys.readouterr().out
+    assert plan.index(f"{a.schemas['silver']}.orders") < \
+        plan.index(f"{a.schemas['gold']}.customer_sales")
+    assert "orders_quarantine" in plan and "set aside until the rebuild commits" in plan
+    assert version(spark, a, "silver", "orders") == before
+    assert not (a.root / "_refresh").exists()
+
+    assert cli(a, "refresh", "silver.orders", "--downstream") == 0
+    assert "refresh done" in capsys.readouterr().out
+    assert cli(b, "run", "all") == 0
+    assert_same_tables(spark, a, b)
+    assert delta(spark, a, "silver", "orders").where("amount != quantity * 3").count() == 0
+    # bronze untouched; the old checkpoints gone with the journal, which closed done
+    assert (version(spark, a, "bronze", "orders"),
+            delta(spark, a, "bronze", "orders").count()) == bronze
+    assert closed_states(a)[-1] is JournalState.DONE
+    assert not list((a.root / "_refresh").glob("r-*"))
+
+
+def stopped_after(spark: SparkSession, lakehouse: Lakehouse, step: JournalState) -> None:
+    """A refresh of silver.orders and downstream, as a command killed right after recording
+    ``step`` leaves it (for REBUILT: with silver alone rebuilt, gold not yet)."""
+    project = lakehouse.project()
+    ctx = RunContext()
+
+    def silver_only(spark: SparkSession, project: Any, tables: Any, ctx: RunContext
+                    ) -> RunSummary:
+        summary = run_tables(spark, project, [t for t in tables if t.layer is Layer.SILVER],
+                             ctx)
+        raise SystemExit(f"killed after {summary.tables[0].table}")  # (the process dies)
+
+    refresh = Refresh(spark, project, ctx, silver_only)
+    refresh.journal.begin(*_kind_and_plan(spark, lakehouse))
+    records = refresh.journal.records()
+    op, plan = records[0].op, _plan(records)
+    refresh._set_aside(op, plan, refresh.log)
+    if step is JournalState.PLANNED:  # one checkpoint moved, its step not recorded
+        return
+    refresh.journal.append(JournalState.SET_ASIDE)
+    if step is JournalState.SET_ASIDE:
+        return
+    refresh._reset(op, plan, refresh.log)
+    refresh.journal.append(JournalState.RESET)
+    with pytest.raises(SystemExit):
+        refresh._rebuild(op, plan, refresh.log)
+
+
+def _kind_and_plan(spark: SparkSession, lakehouse: Lakehouse) -> tuple[Any, dict[str, Any]]:
+    from framework.journal import OperationKind
+
+    plan = plan_refresh(spark, lakehouse.project(), ["silver.orders"], downstream=True)
+    return OperationKind.REFRESH, {"plan": plan.to_json()}
+
+
+def _plan(records: list[Any]) -> Any:
+    from framework.refresh import RefreshPlan
+
+    return RefreshPlan.from_json(records[0].body["plan"])
+
+
+@pytest.mark.parametrize("step, resumed_by", [
+    (JournalState.SET_ASIDE, "refresh"), (JournalState.RESET, "run")])
+def test_a_refresh_stopped_after_any_step_is_completed_by_the_next_command(
+    spark: SparkSession, tmp_path: Path, step: JournalState, resumed_by: str
+) -> None:
+    a, b = lake(tmp_path / "a"), lake(tmp_path / "b")
+    assert cli(a, "run", "all") == 0
+    for lakehouse in (a, b):
+        lakehouse.add_table("silver", "orders", silver("quantity * 3"))
+    stopped_after(spark, a, step)
+    assert (a.root / "_refresh" / "journal").exists()
+    if resumed_by == "run":
+        assert cli(a, "run", "all") == 0
+    else:  # the same refresh asked again: the open one is completed, then it runs once more
+        assert cli(a, "refresh", "silver.orders", "--downstream") == 0
+    assert cli(b, "run", "all") == 0
+    assert_same_tables(spark, a, b)
+    assert closed_states(a)[-1] is JournalState.DONE
+
+
+def test_a_refresh_whose_rebuild_fails_stays_open_and_is_completed_once_fixed(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = lake(tmp_path / "a"), lake(tmp_path / "b")
+    assert cli(a, "run", "all") == 0
+    rows = delta(spark, a, "silver", "orders").count()
+    before = version(spark, a, "silver", "orders")
+    # the new spec fails on the lake's rows: the rebuild of silver fails
+    a.add_table("silver", "orders", silver("quantity * 3", expectations=[
+        {"name": "small", "rule": "quantity < 9", "action": "fail"}]))
+    capsys.readouterr()
+    assert cli(a, "refresh", "silver.orders", "--downstream") == 1
+    err = capsys.readouterr().err
+    assert "The refresh stays open: fix the cause" in err
+    # nothing lost: the former rows in the table's history, the old checkpoints aside
+    journal = Journal(LocalStorage(), str(a.root))
+    last = journal.last()
+    assert last is not None and last.state is JournalState.RESET
+    assert spark.read.format("delta").option("versionAsOf", before).load(
+        str(a.path("tables", "silver", "orders"))).count() == rows
+    aside = a.root / "_refresh" / last.op / "aside"
+    assert sorted(p.name for p in aside.glob("*/*")) == ["customer_sales", "orders"]
+    # the cause fixed, the next run completes the refresh: as a lake built with that spec
+    for lakehouse in (a, b):
+        lakehouse.add_table("silver", "orders", silver("quantity * 3"))
+    assert cli(a, "run", "all") == 0
+    assert cli(b, "run", "all") == 0
+    assert_same_tables(spark, a, b)
+    assert closed_states(a)[-1] is JournalState.DONE
