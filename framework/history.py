@@ -96,6 +96,8 @@ RUNS_SCHEMA = StructType([
     StructField("recorded_at", TimestampType(), metadata={"comment": "When the row was written"}),
     StructField("schema_change", StringType(), metadata={
         "comment": "How the batch changed its table's columns (added, widened)"}),
+    StructField("operation", StringType(), metadata={
+        "comment": "The refresh that rebuilt the table in this run (null: none)"}),
 ])
 
 # The figures a job gives for one of its batches (others are Spark's).
@@ -118,7 +120,8 @@ def executed(progress: BatchProgress) -> bool:
 def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trigger: str,
               progress: BatchProgress, figures: Mapping[str, int | None],
               seconds: Mapping[str, float] | None = None,
-              schema_change: str | None = None) -> dict[str, Any]:
+              schema_change: str | None = None, operation: str | None = None
+              ) -> dict[str, Any]:
     """The row of a committed batch: Spark's figures, the job's (``figures``, keys of
     :data:`FIGURES`) and the job's own steps (``seconds``), in milliseconds with Spark's."""
     started = _instant(progress.timestamp)
@@ -136,7 +139,7 @@ def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trig
                 state_rows=progress.state_rows,
                 watermark=watermark if watermark and watermark.timestamp() > 0 else None,
                 durations_ms=durations,
-                schema_change=schema_change,
+                schema_change=schema_change, operation=operation,
                 **{k: figures.get(k) for k in FIGURES if k != "rows_in"})
 
 
@@ -151,12 +154,13 @@ def recovered_rows(table: str, layer: str, query_id: str,
 
 def run_row(*, run_id: str, table: str, layer: str, trigger: str, status: BatchStatus,
             started_at: datetime, query_id: str | None = None, batch_id: int | None = None,
-            rows_out: int | None = None, error: str | None = None) -> dict[str, Any]:
+            rows_out: int | None = None, error: str | None = None,
+            operation: str | None = None) -> dict[str, Any]:
     """A row for a whole run: a mart build, or a run that failed (``batch_id``: the batch in
     flight, if one was planned)."""
     return _row(run_id=run_id, table=table, layer=layer, trigger=trigger, status=status,
                 started_at=started_at, ended_at=datetime.now(UTC), query_id=query_id,
-                batch_id=batch_id, rows_out=rows_out, error=error)
+                batch_id=batch_id, rows_out=rows_out, error=error, operation=operation)
 
 
 def _row(**values: Any) -> dict[str, Any]:
@@ -240,9 +244,10 @@ class BatchRecorder(ClientOnly):
     append, or for the next start's recovery. ``seconds["history"]`` is the time spent."""
 
     def __init__(self, history: RunHistory, log: Any, *, run_id: str, table: str, layer: str,
-                 trigger: str) -> None:
+                 trigger: str, operation: str | None = None) -> None:
         self.history, self.log = history, log
         self.run_id, self.table, self.layer, self.trigger = run_id, table, layer, trigger
+        self.operation = operation
         self.query_id: str | None = None
         self.seconds: dict[str, float] = {}
         # The query's checkpoint and its store, where the recorded marks go; marks are
@@ -300,7 +305,7 @@ class BatchRecorder(ClientOnly):
                         query_id=self.query_id, trigger=self.trigger, progress=progress,
                         figures=figures(progress), seconds=seconds(progress.batch_id),
                         schema_change=schema_change(progress.batch_id) if schema_change
-                        else None)
+                        else None, operation=self.operation)
         with self._lock:
             self._rows.append(row)
 

@@ -138,6 +138,7 @@ class RunContext:
     trigger: TriggerPolicy = field(default_factory=TriggerPolicy)
     stop: StopSignal = field(default_factory=StopSignal)
     stop_grace_seconds: float = 300.0
+    operation: str | None = None  # the refresh whose tables this run rebuilds (the history's)
 
 
 @dataclass
@@ -231,7 +232,8 @@ class Job(ABC):
         self.recorder = BatchRecorder(
             RunHistory(spark, table.env), self.log, run_id=ctx.run_id, table=table.full_name,
             layer=self.layer.value,
-            trigger="continuous" if ctx.trigger.continuous else "availableNow")
+            trigger="continuous" if ctx.trigger.continuous else "availableNow",
+            operation=ctx.operation)
 
     # ------------------------------------------------------------------ the template
     def run(self) -> TableRunSummary:
@@ -318,7 +320,8 @@ class Job(ABC):
                         layer=self.layer.value, trigger=self.recorder.trigger,
                         started_at=self.started_at,
                         status=BatchStatus.FAILED if failed else BatchStatus.COMMITTED,
-                        rows_out=None if failed else summary.rows_out, error=summary.error)]
+                        rows_out=None if failed else summary.rows_out, error=summary.error,
+                        operation=self.ctx.operation)]
 
     def _record(self, summary: TableRunSummary) -> None:
         """Append the run's rows to the run history; a failure is logged, not raised."""
@@ -639,7 +642,7 @@ class StreamingJob(Job):
                                 layer=self.layer.value, trigger=self.recorder.trigger,
                                 started_at=self.started_at, status=BatchStatus.FAILED,
                                 query_id=self.recorder.query_id, batch_id=in_flight,
-                                error=summary.error))
+                                error=summary.error, operation=self.ctx.operation))
         return rows
 
     def _await(self, query: StreamingQuery) -> RunStatus:

@@ -281,7 +281,11 @@ class Refresh:
     def _rebuild(self, op: str, plan: RefreshPlan, log: Any) -> RunSummary:
         tables = [self.project.table(t.name, Layer(t.layer)) for t in plan.tables]
         log.info("refresh.rebuild.started", tables=[t.table for t in plan.tables])
-        return self.run(self.spark, self.project, tables, self.ctx)
+        self.ctx.operation = op  # (the run history's rows of the rebuild name it)
+        try:
+            return self.run(self.spark, self.project, tables, self.ctx)
+        finally:
+            self.ctx.operation = None
 
 
 def _plan_of(records: list[Record]) -> RefreshPlan | None:

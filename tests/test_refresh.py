@@ -18,7 +18,7 @@ from framework.journal import Journal, JournalState
 from framework.refresh import Refresh, plan_refresh
 from framework.runner import run_tables
 from framework.storage import LocalStorage
-from tests.support import Lakehouse, bronze_spec, order, write_json_lines
+from tests.support import Lakehouse, bronze_spec, order, run_history, write_json_lines
 
 AMOUNT = "quantity * 2"
 GOLD = {"description": "amounts per customer and day", "source": "orders",
@@ -122,6 +122,11 @@ def test_a_changed_silver_expression_refreshed_downstream_equals_a_fresh_lake(
             delta(spark, a, "bronze", "orders").count()) == bronze
     assert closed_states(a)[-1] is JournalState.DONE
     assert not list((a.root / "_refresh").glob("r-*"))
+    # the run history names the refresh on the rows of the rebuild, and on those only
+    op = sorted(p.name for p in (a.root / "_refresh" / "closed").iterdir())[-1]
+    marked = {(r["table"].rsplit(".", 1)[-1], r["operation"]) for r in run_history(spark, a)}
+    assert marked == {("orders", None), ("customer_sales", None), ("orders", op),
+                      ("customer_sales", op)}
 
 
 def stopped_after(spark: SparkSession, lakehouse: Lakehouse, step: JournalState) -> None:
