@@ -90,18 +90,29 @@ def create_table(
     cluster_by: Sequence[str] = (),
     comment: str = "",
     properties: Mapping[str, str] | None = None,
+    rebuild: bool = False,
 ) -> bool:
     """Create a Delta catalog table at ``location`` unless it exists (idempotent); True when
     it was created now.
+
+    ``rebuild``: the table is being rebuilt by ``medallion refresh``, which emptied it: if its
+    columns or partitioning are not those asked (the spec changed them), it is made again
+    with them (``CREATE OR REPLACE``, which keeps its Delta history); a table that holds rows
+    is never replaced.
 
     ``name`` is a validated ``catalog.schema.table``; SQL is used because Delta's builder API
     does not take catalog-qualified names. The catalog is asked first: ``CREATE TABLE IF NOT
     EXISTS`` on an existing Delta table still loads its log, which costs far more.
     """
-    if spark.catalog.tableExists(name):
+    replace = rebuild and is_delta_table(spark, location) \
+        and _other_layout(spark, location, schema, partition_by) \
+        and spark.read.format("delta").load(location).isEmpty()
+    if not replace and spark.catalog.tableExists(name):
         return False
-    clear_unfinished_create(spark, location)
-    parts = [f"CREATE TABLE IF NOT EXISTS {quote_name(name)} ({schema_ddl(schema)}) USING DELTA"]
+    if not replace:
+        clear_unfinished_create(spark, location)
+    verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+    parts = [f"{verb} {quote_name(name)} ({schema_ddl(schema)}) USING DELTA"]
     if partition_by:
         parts.append(f"PARTITIONED BY ({quote_all(partition_by)})")
     if cluster_by:  # liquid clustering: OPTIMIZE lays the data out by these columns
@@ -114,6 +125,19 @@ def create_table(
         parts.append(f"TBLPROPERTIES ({props})")
     spark.sql(" ".join(parts))
     return True
+
+
+def _other_layout(spark: SparkSession, location: str, schema: StructType,
+                  partition_by: Sequence[str]) -> bool:
+    """Whether the Delta table at ``location`` has other columns (names and types, in order)
+    or another partitioning than asked."""
+    have = spark.read.format("delta").load(location).schema
+    if [(f.name.lower(), f.dataType.simpleString()) for f in have.fields] != \
+            [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]:
+        return True
+    detail = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").first()
+    return detail is not None and [c.lower() for c in detail["partitionColumns"]] != \
+        [c.lower() for c in partition_by]
 
 
 def add_missing_columns(spark: SparkSession, location: str, schema: StructType) -> list[str]:

@@ -192,6 +192,7 @@ class AggregateJob(StreamingJob):
         # changed (gold.mart); on an append it costs nothing.
         create_table(self.spark, self.table.full_name, commented, self.table.location,
                      partition_by=self.spec.partition_by, properties={CHANGE_FEED: "true"},
+                     rebuild=self.ctx.operation is not None,
                      comment=self.spec.description or f"Windowed aggregate of "
                      f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")
 

@@ -278,7 +278,9 @@ class SilverJob(StreamingJob):
         rows = schema
         if self.spec.changes:
             schema = table_schema(self.spec.changes, rows)
-        if self.spec.format is not TableFormat.PARQUET \
+        # A refresh emptied the tables: made again if the spec changed their columns
+        rebuild = self.ctx.operation is not None
+        if self.spec.format is not TableFormat.PARQUET and not rebuild \
                 and is_delta_table(self.spark, self.table.location):
             # (whether the catalog knows it or not: a table registered again over its folder)
             self._check_mode()
@@ -286,12 +288,13 @@ class SilverJob(StreamingJob):
             create_table(
                 self.spark, self.changes_table, log_schema(self.applier.changes, rows),
                 self.applier.log_location,
-                comment=f"Change log of {self.table.name}: its events, by key")
+                comment=f"Change log of {self.table.name}: its events, by key", rebuild=rebuild)
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
                               partition_by=self.spec.partition_by,
-                              cluster_by=self.spec.cluster_by, comment=spec.description) \
+                              cluster_by=self.spec.cluster_by, comment=spec.description,
+                              rebuild=rebuild) \
                 and not self.spec.columns:
             # Every source column is taken: one the source gained since (a feed's new column)
             # is added here too, nullable, at the end; earlier rows have null.
@@ -326,10 +329,9 @@ class SilverJob(StreamingJob):
             raise TableModeError(
                 self.table.full_name, "create tables",
                 f"expected a table written in {want}, found one written {found}: its rows "
-                f"cannot be carried on in the new mode. Rebuild it from its source: move its "
-                f"checkpoint ({self.table.checkpoint}) aside, drop the table and its companions "
-                f"and delete their folders ({', '.join(folders)}), run; then 'medallion refresh' "
-                f"the tables downstream of it")
+                f"cannot be carried on in the new mode. Rebuild it from its source: 'medallion "
+                f"refresh {self.layer.value}.{self.table.name} --downstream' (it sets its "
+                f"checkpoint, {self.table.checkpoint}, aside, and empties {', '.join(folders)})")
 
     def _create_bucketed(self, schema: StructType) -> None:
         if self.spark.catalog.tableExists(self.table.full_name):

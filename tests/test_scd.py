@@ -14,6 +14,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from structlog.testing import capture_logs
 
+from framework.cli import main
 from framework.config.model import Layer
 from framework.errors import ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
@@ -188,7 +189,8 @@ def test_a_table_written_in_another_mode_is_refused_with_what_to_do(
     so, writing nothing, instead of failing deep in a MERGE or recomputing keys from an empty
     log."""
     events = [e for e in STREAM[:6] if e.op is ref.Op.UPSERT]
-    advice = "cannot be carried on in the new mode. Rebuild it from its source"
+    advice = "cannot be carried on in the new mode. Rebuild it from its source: 'medallion " \
+        "refresh silver.customers --downstream'"
 
     def refused(lakehouse: Lakehouse, **spec: Any) -> str:  # (when the next batch comes)
         lake_with(lakehouse, **spec)
@@ -211,6 +213,15 @@ def test_a_table_written_in_another_mode_is_refused_with_what_to_do(
         "without SCD type 2 versions: its rows " + advice in refused(scd1, mode="scd2", scd2=SCD2)
     assert "expected a table written in mode upsert, with a change log, found one written " \
         "without a change log: its rows " + advice in refused(scd1, mode="upsert", upsert=CHANGES)
+    # what the message says to do: the refresh makes the emptied table again in the new mode
+    # (its columns: SCD2's versions) and rebuilds it from the whole of bronze
+    lake_with(scd1, mode="scd2", scd2=SCD2)
+    assert main(["refresh", "silver.customers", "--conf", str(scd1.conf),
+                 "--env", scd1.env_name, "--log-format", "json"]) == 0
+    want = reference(spark, ref.scd2(events, keys=ref.KEYS,
+                                     track_history_except=ref.UNTRACKED), VERSION_COLUMNS)
+    assert_df_equality(versions(spark, scd1), want, ignore_row_order=True,
+                       ignore_nullable=True)
 
     scd2 = Lakehouse(tmp_path / "scd2")
     lake_with(scd2, mode="scd2", scd2=SCD2)
