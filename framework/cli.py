@@ -47,8 +47,8 @@ from framework.logging import LogFormat, configure_logging, get_logger
 from framework.redaction import redacted_output
 
 if TYPE_CHECKING:
-    pass
-
+    from framework.config.model import ProjectConfig
+    from framework.journal import Record
 
 
 def _positive(text: str) -> int:
@@ -331,7 +331,21 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r.table}: {len(r.skipped)} file(s) in landing will never be read: a name "
                   f"starting with '.' or '_' is skipped by Spark's file source; rename them "
                   f"to ingest them: {shown}")
+    open_now = open_operation(project, spark)
+    if open_now is not None:
+        print(f"refresh {open_now.op} is open ({open_now.state.value} since {open_now.at}): "
+              f"the next 'medallion run' or 'medallion refresh' completes it")
     return EXIT_OK
+
+
+def open_operation(project: ProjectConfig, spark: Any) -> Record | None:
+    """The last record of the operation open in the lake's journal, if any."""
+    from framework.journal import Journal
+    from framework.storage import storage_for
+
+    store = storage_for(project.env.root, project.env, spark)
+    journal = Journal(store, project.env.root)
+    return journal.last() if store.exists(journal.folder) else None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -95,8 +95,8 @@ class Journal:
         self.log = get_logger(component="journal")
 
     def records(self) -> list[Record]:
-        """The open operation's records that parse, in order; none when no operation is open.
-        A journal whose first record does not parse (a begin cut short) is deleted."""
+        """The open operation's records that parse, in order; none when no operation is open
+        (a journal whose first record does not parse is a begin cut short: no operation)."""
         if not self.store.exists(self.folder):
             return []
         found = []
@@ -107,11 +107,7 @@ class Journal:
             record = Record.parse(self.store.open(info.path).read())
             if record is not None and record.seq == int(name[:-5]):
                 found.append(record)
-        if not found or found[0].seq != 0:
-            self.log.warning("journal.unreadable.deleted", folder=self.folder)
-            self.store.delete_folder(self.folder)
-            return []
-        return found
+        return found if found and found[0].seq == 0 else []
 
     def last(self) -> Record | None:
         """The open operation's state: its last record that parses (None: none open)."""
@@ -126,6 +122,9 @@ class Journal:
                 f"expected no open operation in {self.folder} to begin a {kind.value}, found "
                 f"{open_now.op} ({open_now.state.value} since {open_now.at}): run 'medallion "
                 f"run' or the same command again to complete it first")
+        if self.store.exists(self.folder):  # a begin cut short (by the lake's holder)
+            self.log.warning("journal.unbegun.cleared", folder=self.folder)
+            self.store.delete_folder(self.folder)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         op = f"{kind.value[0]}-{stamp}-{secrets.token_hex(3)}"
         record = Record(op, 0, JournalState.PLANNED, _now(), {"kind": kind.value, **plan})

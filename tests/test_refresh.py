@@ -218,6 +218,8 @@ def test_a_refresh_whose_rebuild_fails_stays_open_and_is_completed_once_fixed(
         str(a.path("tables", "silver", "orders"))).count() == rows
     aside = a.root / "_refresh" / last.op / "aside"
     assert sorted(p.name for p in aside.glob("*/*")) == ["customer_sales", "orders"]
+    assert cli(a, "status") == 0
+    assert f"refresh {last.op} is open (reset since " in capsys.readouterr().out
     # the cause fixed, the next run completes the refresh: as a lake built with that spec
     a.add_table("silver", "orders", silver("quantity * 3"))
     assert cli(a, "run", "all") == 0
