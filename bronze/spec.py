@@ -125,8 +125,8 @@ class BronzeTableSpec(TableSpec):
     def rebuild_refusal(self, table: Table) -> str | None:
         return ("a bronze table is rebuilt from the files it was fed: stop its runs, move its "
                 "checkpoint aside, empty it and its _quarantine and _files tables, move its "
-                "archived files back into landing, and run (the README's 'Resetting a "
-                "checkpoint safely'); refresh the tables downstream of it after that")
+                "archived files back into landing, and run; then 'medallion refresh' the "
+                "tables downstream of it")
 
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)

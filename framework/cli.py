@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Rebuild silver and gold tables from their sources: each "
                        "table's checkpoint is set aside and the table emptied, then its query "
                        "reads its source again from the start. Prints the plan first. A refresh "
-                       "stopped or killed halfway is completed by the next 'refresh' or 'run'; "
-                       "one whose rebuild fails is rolled back (every table restored).")
+                       "stopped, killed or failed halfway stays open and is completed by the "
+                       "next 'refresh' or 'run' (never rolled back).")
     p.add_argument("table", nargs="+", help="a table: silver.orders, its full or short name")
     p.add_argument("--downstream", action="store_true",
                    help="refresh every table that reads them too (without it, a refresh "
@@ -291,7 +291,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         if lake_run_id():
             ctx.run_id = lake_run_id() or ctx.run_id
         if not args.dry_run:
-            finish_open(spark, project, ctx, run_tables)  # (one a kill left open: first)
+            still_open = finish_open(spark, project, ctx, run_tables)  # (one left open first)
+            if still_open:
+                print(f"error: {still_open}", file=sys.stderr)
+                return EXIT_FAILED
         refresh = Refresh(spark, project, ctx, run_tables)
         plan = plan_refresh(spark, project, args.table, args.downstream)
         print(plan.render(), flush=True)

@@ -1,5 +1,5 @@
 """The journal of an operation that rewrites tables (a refresh, a backfill): what it planned
-and how far it got, so that a command killed halfway is completed or rolled back by the next.
+and how far it got, so that the next command completes what one killed halfway left.
 
 It lives in the lake, under ``<root>/_refresh/``:
 
@@ -43,19 +43,19 @@ class OperationKind(StrEnum):
 
 
 class JournalState(StrEnum):
-    """How far an operation got, in the order its steps are taken (a rollback: the last two)."""
+    """How far an operation got, in the order its steps are taken; ``abandoned``: one begun
+    and stopped before it recorded its plan, closed with nothing done."""
 
     PLANNED = "planned"
     SET_ASIDE = "set_aside"
     RESET = "reset"
     REBUILT = "rebuilt"
     DONE = "done"
-    ROLLING_BACK = "rolling_back"
-    ROLLED_BACK = "rolled_back"
+    ABANDONED = "abandoned"
 
     @property
     def final(self) -> bool:
-        return self in (JournalState.DONE, JournalState.ROLLED_BACK)
+        return self in (JournalState.DONE, JournalState.ABANDONED)
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class Journal:
         if last is None:
             return
         if not last.state.final:
-            raise StorageError(f"expected {last.op} done or rolled back to close it, found it "
+            raise StorageError(f"expected {last.op} done or abandoned to close it, found it "
                                f"{last.state.value}")
         self.store.delete_folder(self.workspace(last.op))
         self.store.move_folder(self.folder, f"{self.base}/closed/{last.op}")

@@ -35,16 +35,16 @@ finished by rebuilding every table it emptied.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, RebuildMethod, Table
 from framework.delta import is_delta_table, sql_string
-from framework.errors import JobError, StorageError, UsageError
+from framework.errors import JobError, OperationOpenError, StorageError, UsageError
 from framework.identifiers import quote_path
-from framework.job import RunContext, RunStatus, RunSummary
+from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.logging import get_logger
 from framework.storage import Storage, storage_for
@@ -201,26 +201,32 @@ class Refresh:
         return self.resume()
 
     def resume(self) -> RunSummary:
-        """Take the open refresh's steps from the last one recorded on; roll it back when its
-        rebuild fails. Returns the rebuild's summary (empty when it was already done)."""
+        """Take the open refresh's steps from the last one recorded on. Returns the rebuild's
+        summary (empty when it was done already); a rebuild that fails raises
+        :class:`JobError`, the refresh left open. A stop request ends it between steps, or at
+        the rebuild's next batch boundary, the refresh left open."""
         records = self.journal.records()
+        summary = RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
         if not records:
-            return RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
+            return summary
         op, state = records[-1].op, records[-1].state
+        kind = records[0].body.get("kind")
+        if kind != OperationKind.REFRESH.value:
+            raise OperationOpenError(f"expected a refresh open in {self.journal.folder}, found "
+                                     f"{op}, a {kind}: complete it with its own command first")
         plan = _plan_of(records)
         log = self.log.bind(op=op)
-        summary = RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
         if plan is None:  # (begun, killed before its plan was recorded: nothing was done)
-            self.journal.append(JournalState.ROLLED_BACK, reason="no plan recorded")
+            self.journal.append(JournalState.ABANDONED, reason="no plan recorded")
             self.journal.close()
             return summary
         if state is JournalState.PLANNED:
             self._set_aside(op, plan, log)
             state = self.journal.append(JournalState.SET_ASIDE).state
-        if state is JournalState.SET_ASIDE:
+        if state is JournalState.SET_ASIDE and not self._stopped(log):
             self._reset(op, plan, log)
             state = self.journal.append(JournalState.RESET).state
-        if state is JournalState.RESET:
+        if state is JournalState.RESET and not self._stopped(log):
             summary = self._rebuild(op, plan, log)
             if summary.status is RunStatus.FAILED:
                 failed = [t.table for t in summary.tables if t.status is RunStatus.FAILED]
@@ -233,17 +239,23 @@ class Refresh:
                                f"done, the old checkpoints are kept under "
                                f"{self.journal.workspace(op)} and the tables' former versions "
                                f"in their Delta history")
-            if summary.stopped or any(t.status is RunStatus.SKIPPED for t in summary.tables):
-                log.warning("refresh.stopped", reason="a stop was requested: the next "
-                            "'medallion run' or 'medallion refresh' completes the refresh")
+            if summary.status is not RunStatus.SUCCEEDED or self._stopped(log):
                 return summary
             state = self.journal.append(JournalState.REBUILT).state
+        if state in (JournalState.SET_ASIDE, JournalState.RESET):
+            return summary  # (stopped before its next step)
         if state is JournalState.REBUILT:
             log.info("refresh.finishing")
             self.journal.append(JournalState.DONE)
         self.journal.close()
         log.info("refresh.done", tables=[t.table for t in plan.tables])
         return summary
+
+    def _stopped(self, log: Any) -> bool:
+        if self.ctx.stop.is_set():
+            log.warning("refresh.stopped", reason="a stop was requested: the next 'medallion "
+                        "run' or 'medallion refresh' completes the refresh")
+        return self.ctx.stop.is_set()
 
     # ------------------------------------------------------------------ the steps
     def _aside(self, op: str, table: PlannedTable) -> str:
@@ -279,13 +291,19 @@ class Refresh:
             log.info("refresh.table.reset", table=t.table)
 
     def _rebuild(self, op: str, plan: RefreshPlan, log: Any) -> RunSummary:
-        tables = [self.project.table(t.name, Layer(t.layer)) for t in plan.tables]
-        log.info("refresh.rebuild.started", tables=[t.table for t in plan.tables])
-        self.ctx.operation = op  # (the run history's rows of the rebuild name it)
-        try:
-            return self.run(self.spark, self.project, tables, self.ctx)
-        finally:
-            self.ctx.operation = None
+        tables = []
+        for t in plan.tables:
+            found = [x for x in self.project.tables
+                     if x.layer.value == t.layer and x.name == t.name]
+            if found:
+                tables.append(found[0])
+            else:  # (emptied, and no longer configured: nothing to rebuild it with)
+                log.warning("refresh.table.gone", table=t.table)
+        log.info("refresh.rebuild.started", tables=[t.full_name for t in tables])
+        # availableNow whatever the command's trigger (a continuous run completing it first);
+        # the run history's rows of the rebuild name the refresh
+        ctx = replace(self.ctx, trigger=TriggerPolicy(), operation=op)
+        return self.run(self.spark, self.project, tables, ctx)
 
 
 def _plan_of(records: list[Record]) -> RefreshPlan | None:
@@ -294,23 +312,28 @@ def _plan_of(records: list[Record]) -> RefreshPlan | None:
 
 
 def finish_open(spark: SparkSession, project: ProjectConfig, ctx: RunContext,
-                run: RunTables) -> None:
-    """Complete (or finish rolling back) a refresh a command left open, before anything else
-    writes the lake; a rebuild that fails is rolled back and reported, and the caller goes on.
+                run: RunTables) -> str | None:
+    """Complete a refresh a command left open, before anything else writes the lake. Returns
+    why it is still open (its rebuild failed, or a stop was requested), None when none is.
     With nothing open it costs one check of the journal's folder."""
     store = storage_for(project.env.root, project.env, spark)
     journal = Journal(store, project.env.root)
     if not store.exists(journal.folder):
-        return
+        return None
     last = journal.last()
     if last is None:
-        return
+        return None
     log = get_logger(env=project.env.name, run_id=ctx.run_id, op=last.op)
     log.warning("refresh.resuming", state=last.state.value,
-                reason="a refresh was left open (stopped or killed): it is completed first")
+                reason="a refresh was left open (stopped, killed or failed): it is completed "
+                       "first")
     try:
         Refresh(spark, project, ctx, run, journal).resume()
     except JobError as exc:
-        log.warning("refresh.rolled_back", error=str(exc))
+        log.error("refresh.rebuild.failed", error=str(exc))
+        return str(exc)
+    if journal.records():
+        return f"refresh {last.op} was stopped before it was done"
+    return None
 
 

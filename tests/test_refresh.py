@@ -1,6 +1,7 @@
 """``medallion refresh``: a changed silver expression rebuilt with the tables downstream equals
-a lake built fresh with the new spec; a refresh stopped after any step is completed by the
-next command; a rebuild that fails is rolled back to the tables as they were."""
+a lake built fresh with the new spec; a refresh stopped after its checkpoints were set aside,
+or with silver alone rebuilt, is completed by the next command; a rebuild that fails stays
+open, losing nothing, until a run with the cause fixed completes it."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def test_the_journal_keeps_its_records_on_every_store(store: tuple[Storage, str]
     assert last is not None and last.state is JournalState.RESET
     assert journal.append(JournalState.REBUILT).seq == 4
     s.write_bytes(f"{journal.workspace(begun.op)}/aside/silver/orders/offsets/0", b"v1")
-    with pytest.raises(StorageError, match=r"expected .* done or rolled back to close it"):
+    with pytest.raises(StorageError, match=r"expected .* done or abandoned to close it"):
         journal.close()
     journal.append(JournalState.DONE)
     journal.close()
