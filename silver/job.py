@@ -284,11 +284,14 @@ class SilverJob(StreamingJob):
                 and is_delta_table(self.spark, self.table.location):
             # (whether the catalog knows it or not: a table registered again over its folder)
             self._check_mode()
-        if self.applier:
-            create_table(
+        if self.applier and not create_table(
                 self.spark, self.changes_table, log_schema(self.applier.changes, rows),
                 self.applier.log_location,
-                comment=f"Change log of {self.table.name}: its events, by key", rebuild=rebuild)
+                comment=f"Change log of {self.table.name}: its events, by key",
+                rebuild=rebuild) and not self.spec.columns:
+            # a column the source gained goes into the log too, which takes the batch's events
+            add_missing_columns(self.spark, self.applier.log_location,
+                                log_schema(self.applier.changes, rows))
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,

@@ -231,6 +231,25 @@ def test_a_table_written_in_another_mode_is_refused_with_what_to_do(
             "keys": ["id"], "sequence_by": "seq", "except_columns": ["op"]})
 
 
+def test_a_column_the_feed_gains_reaches_the_table_and_its_change_log(
+        spark: SparkSession, tmp_path: Path) -> None:
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, mode="scd2", scd2=SCD2)  # (no columns: every source column taken)
+    apply(spark, lakehouse, [e for e in STREAM[:6] if e.op is ref.Op.UPSERT], None)
+    project = lakehouse.project()
+    spark.createDataFrame([(999, "n", "s", "x", 10_000, "u", 0, "gold")],
+                          SCHEMA + ", tier STRING").write.format("delta").mode("append") \
+        .option("mergeSchema", "true").save(project.table("customers", Layer.BRONZE).location)
+    silver = project.table("customers", Layer.SILVER)
+    summary = SilverJob(spark, silver, RunContext()).run()
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    log = spark.read.format("delta").load(silver.companion_location("changes"))
+    assert "tier" in log.columns
+    rows = table(spark, lakehouse)
+    assert [r.tier for r in rows.where("id = 999").collect()] == ["gold"]
+    assert rows.where("tier IS NULL").count() == rows.count() - 1  # earlier rows: null
+
+
 def test_a_mart_joins_facts_to_the_version_valid_at_their_time_and_still_prunes(
     spark: SparkSession, tmp_path: Path
 ) -> None:
