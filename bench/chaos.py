@@ -117,6 +117,7 @@ class Phase:
     first: int = 1  # the first delivery in which it can open
     once: bool = False  # it opens once per delivery (a file's event, not a batch's)
     faults: bool = False  # it opens only on a store that refuses operations (--faults)
+    refresh: bool = False  # it opens in a refresh (--refresh), and only there
 
 
 PHASES = [  # in the pipeline's order
@@ -143,6 +144,14 @@ PHASES = [  # in the pipeline's order
           needs=("store_sales_final",)),
     Phase("mart-rewrite", "gold.mart.writing", 1.0, needs=("regional_sales", "segment_sales")),
     Phase("anywhere", None, 0.0),
+    # --refresh: the refresh's own steps, and its rebuild
+    Phase("refresh-begun", "journal.begun", 0.3, refresh=True),
+    Phase("refresh-set-aside", "refresh.checkpoint.moved", 0.2, refresh=True),
+    Phase("refresh-reset", "refresh.table.resetting", 0.4, refresh=True),
+    Phase("refresh-silver", "silver.batch.committed", 1.0, "orders", refresh=True),
+    Phase("refresh-gold", "gold.batch.merging", 1.0, "store_sales", refresh=True),
+    Phase("refresh-mart", "gold.mart.writing", 1.0, refresh=True),
+    Phase("refresh-finishing", "refresh.finishing", 0.3, refresh=True),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
 # A delivery takes a moment drawn over the clean run first, while the whole delivery is left
@@ -359,27 +368,34 @@ def deliver(files: list[Path], feed: Path, roots: list[Path]) -> None:
 
 
 # ---------------------------------------------------------------------------------- runs
-def start(work: Path, lake: Lake) -> tuple[subprocess.Popen[bytes], Path, Path]:
+RUN_ALL = ("run", "all")
+
+
+def start(work: Path, lake: Lake, command: tuple[str, ...] = RUN_ALL
+          ) -> tuple[subprocess.Popen[bytes], Path, Path]:
     stamp = time.time_ns()
     log, summary = work / f"{lake.name}-{stamp}.log", work / f"{lake.name}-{stamp}.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    summarised = ["--summary", str(summary)] if command == RUN_ALL else []
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [str(BIN / "medallion"), "run", "all", "--conf", str(work / "conf"),
+            [str(BIN / "medallion"), *command, "--conf", str(work / "conf"),
              "--env", lake.name, "--log-format", "json", "--log-level", "debug",
-             "--summary", str(summary)],
+             *summarised],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return process, log, summary
 
 
-def run_through(work: Path, lake: Lake, tries: int = 3) -> float:
+def run_through(work: Path, lake: Lake, tries: int = 3,
+                command: tuple[str, ...] = RUN_ALL) -> float:
     """Run until a run succeeds; its duration."""
     for _ in range(tries):
         began = time.perf_counter()
-        process, log, summary = start(work, lake)
+        process, log, summary = start(work, lake, command)
         if process.wait() == 0:
-            lake.summaries.append(json.loads(summary.read_text()))
+            if summary.exists():
+                lake.summaries.append(json.loads(summary.read_text()))
             return time.perf_counter() - began
         print(f"  a run of {lake.name} failed (exit {process.returncode}): {log}", flush=True)
     raise SystemExit(f"{lake.name} did not complete in {tries} runs")
@@ -410,10 +426,11 @@ class LogTail:
         return found
 
 
-def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> Interruption:
+def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float,
+              command: tuple[str, ...] = RUN_ALL) -> Interruption:
     """Start a run, and send ``plan``'s signal when its phase comes."""
     phase = BY_NAME[plan.phase]
-    process, log, summary = start(work, lake)
+    process, log, summary = start(work, lake, command)
     began = time.monotonic()
     tail = LogTail(log)
     fire = began + (plan.delay if phase.within else plan.delay * 0.9 * duration) \
@@ -442,13 +459,15 @@ def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float) -> In
         plan.outcome = "missed" if plan.exit_code == 0 else "failed"
     elif plan.signal == "KILL":
         plan.outcome = "killed"
+    elif command != RUN_ALL:  # (a refresh writes no summary: its exit code tells)
+        plan.outcome = "stopped" if plan.exit_code == 0 else "failed"
     else:
         done = json.loads(summary.read_text()) if summary.exists() else {}
         plan.outcome = "stopped" if plan.exit_code == 0 and done.get("status") in (
             "stopped", "succeeded") else "failed"
         if done:
             lake.summaries.append(done)
-    if plan.outcome in ("missed", "failed") and plan.exit_code == 0:
+    if plan.outcome in ("missed", "failed") and plan.exit_code == 0 and summary.exists():
         lake.summaries.append(json.loads(summary.read_text()))
     if plan.outcome == "failed":
         print(f"  the run failed (exit {plan.exit_code}): {log}", flush=True)
@@ -461,7 +480,7 @@ def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | Non
     that open with ``tables``, when given, and with ``faults``)."""
     phases: list[str] = []
     while len(phases) < kills + terms:
-        deck = [p.name for p in PHASES if (faults or not p.faults)
+        deck = [p.name for p in PHASES if (faults or not p.faults) and not p.refresh
                 and (tables is None or not p.needs or tables & set(p.needs))]
         rng.shuffle(deck)
         phases += deck
@@ -486,6 +505,75 @@ def schedule(pending: list[Interruption], delivery: int) -> tuple[list[Interrupt
         else:
             now.append(step)
     return now, later
+
+
+# ---------------------------------------------------------------------------------- refresh
+AMOUNT, NEW_AMOUNT = "quantity * unit_price", "round(quantity * unit_price * 1.1, 2)"
+
+
+def refresh_interruptions(rng: random.Random, kills: int, terms: int,
+                          phases: str | None) -> list[Interruption]:
+    """The refresh's interruptions: ``phases`` (kills), or ``kills`` SIGKILLs and ``terms``
+    SIGTERMs dealt from shuffled decks of the refresh's phases."""
+    if phases:
+        names = phases.split(",")
+        signals = ["KILL"] * len(names)
+    else:
+        names = []
+        while len(names) < kills + terms:
+            deck = [p.name for p in PHASES if p.refresh]
+            rng.shuffle(deck)
+            names += deck
+        names = names[:kills + terms]
+        signals = ["KILL"] * kills + ["TERM"] * terms
+        rng.shuffle(signals)
+    return [Interruption(n, sig, rng.uniform(0.0, BY_NAME[n].within)) for n, sig in
+            zip(names, signals, strict=True)]
+
+
+def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
+                        steps: list[Interruption], done: list[Interruption]) -> int:
+    """silver.orders' amount changed; ``table`` refreshed (with what reads it): the clean root
+    once, the chaos root interrupted at each of ``steps``. Each restart is a refresh (which
+    completes the open one first, then refreshes again), every third a run (which completes
+    it); a run that finds none open is done again as a refresh. A last run settles the chaos
+    root. Returns the restarts."""
+    spec = work / "conf" / "tables" / "silver" / "orders.yaml"
+    spec.write_text(spec.read_text().replace(f'"{AMOUNT}"', f'"{NEW_AMOUNT}"'))
+    refresh = ("refresh", table, "--downstream")
+    duration = run_through(work, clean, command=refresh)
+    print(f"refresh of {table}: clean {duration:.1f} s, {len(steps)} interruptions", flush=True)
+    restarts = 0
+    for i, step in enumerate(steps):
+        command = RUN_ALL if i % 3 == 2 else refresh
+        step.delivery = 0
+        interrupt(work, chaos, step, duration, command)
+        restarts += 1
+        if step.outcome == "missed" and command == RUN_ALL:
+            step.outcome, step.at_s = "planned", None
+            interrupt(work, chaos, step, duration, refresh)
+            restarts += 1
+        done.append(step)
+        print(f"  {step.signal} in {step.phase} ({' '.join(command[:2])}) at {step.at_s} s, "
+              f"after {step.after or '(no event yet)'}: {step.outcome}", flush=True)
+    run_through(work, chaos)
+    return restarts + 1
+
+
+def journal_mismatches(root: Path) -> list[str]:
+    """What the chaos root's journal says wrongly after the last run: an operation still
+    open, or one closed that is not done."""
+    wrong = []
+    if (root / "_refresh" / "journal").exists():
+        wrong.append("an operation is still open")
+    for op in sorted((root / "_refresh" / "closed").glob("*")):
+        records = sorted(op.glob("*.json"))
+        last = json.loads(records[-1].read_text()) if records else {}
+        if last.get("state") != "done":
+            wrong.append(f"{op.name} closed {last.get('state')}")
+    for line in wrong:
+        print(f"  journal: {line}", flush=True)
+    return wrong
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -607,6 +695,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--phases", help="kill in these phases, in this order, instead "
                         "(comma-separated; to replay a finding)")
     parser.add_argument("--tables", help="only these tables (names, comma-separated)")
+    parser.add_argument("--refresh", metavar="TABLE",
+                        help="after the deliveries, change silver.orders' amount expression "
+                        "and refresh TABLE (and downstream): the clean root once, the chaos "
+                        "root killed --kills times in the refresh's phases, each restart a "
+                        "refresh or a run in turn")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -638,7 +731,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             (root / folder.relative_to(feed)).mkdir(parents=True, exist_ok=True)
     plan = make_plan(rng, args.kills, args.terms,
                      set(args.tables.split(",")) if args.tables else None, bool(args.faults))
-    if args.phases:
+    refresh_plan: list[Interruption] = []
+    if args.refresh:  # the deliveries in without interruptions; the refresh interrupted
+        refresh_plan = refresh_interruptions(rng, args.kills, args.terms, args.phases)
+        plan = []
+    elif args.phases:
         plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))
                 for name in args.phases.split(",")]
     fault_seed = args.seed * 1000
@@ -692,7 +789,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_through(work, chaos)
         restarts += 1
         d += 1
-    missed = pending + plan
+    journal: list[str] = []
+    if args.refresh:
+        restarts += refresh_under_kills(work, clean, chaos, args.refresh, refresh_plan, done)
+        journal = journal_mismatches(chaos.root)
+    missed = pending + plan + [s for s in refresh_plan if s.outcome == "missed"]
     for step in missed:
         step.outcome = "missed"
 
@@ -716,7 +817,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     kills = [s for s in done if s.signal == "KILL"]
     terms = [s for s in done if s.signal == "TERM"]
     failed = [s for s in done if s.outcome == "failed"]
-    ok = not (mismatched or lost or duplicated or summaries or failed or history)
+    ok = not (mismatched or lost or duplicated or summaries or failed or history or journal)
     if not ok:
         print(f"FAILED with seed {args.seed} (--faults {args.faults}); interruptions: "
               f"{[(s.phase, s.signal, s.at_s) for s in done]}; work folder {work}", flush=True)
@@ -729,6 +830,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "duplicated": duplicated,
         "mismatched_tables": mismatched, "summary_mismatches": summaries,
         "history_mismatches": history, "history_rows": statuses,
+        "journal_mismatches": journal,
         "phases_hit": sorted({s.phase for s in done}, key=lambda name: ORDER[name]),
         "missed": [s.phase for s in missed], "interruptions": [s.brief() for s in done],
         "seconds": round(time.perf_counter() - began, 1),
