@@ -253,7 +253,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for t in project.tables:
         for advice in t.spec.advise(t, project):
             print(f"warning: {t.source_file}: {advice}")
+    if not args.no_spark:
+        _warn_stale(project)
     return EXIT_OK
+
+
+def _warn_stale(project: ProjectConfig) -> None:
+    """A warning for each table whose rows were written under spec parts that changed since
+    (read from the lake, when it has tables), naming the refresh that recomputes them."""
+    from framework.errors import LakeInUseError
+    from framework.staleness import refresh_command, stale_tables
+
+    tables = project.env.path("tables")
+    if not storage_of(project, tables, "medallion validate").exists(tables):
+        return
+    try:
+        spark = spark_for(project, "medallion validate")
+    except LakeInUseError as exc:
+        print(f"note: rows written under an earlier spec were not looked for: {exc}")
+        return
+    for t, changes in stale_tables(spark, project):
+        print(f"warning: {t.source_file}: rows of {t.full_name} were written under another "
+              f"spec: {'; '.join(c.describe() for c in changes)}. Only a refresh recomputes "
+              f"them: {refresh_command(project, t)}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -357,6 +357,15 @@ def change_feed_enabled(spark: SparkSession, location: str) -> bool:
     return row is not None and str(row["value"]).lower() == "true"
 
 
+def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
+    """The table properties of the Delta table at ``location`` (none when there is no table:
+    ``SHOW TBLPROPERTIES`` reads the log's metadata only)."""
+    if not is_delta_table(spark, location):
+        return {}
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_path(location)}").collect()
+    return {r["key"]: r["value"] for r in rows}
+
+
 def version_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
     """The rows one commit added to a table whose change data feed is on: read from that
     commit's own files, without listing the rest of the table."""

@@ -47,6 +47,7 @@ from framework.identifiers import quote_path
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.logging import get_logger
+from framework.staleness import SPEC_WRITTEN
 from framework.storage import Storage, storage_for
 
 
@@ -284,8 +285,9 @@ class Refresh:
                     continue
                 log.info("refresh.table.resetting", table=t.table, location=target.location)
                 self.spark.sql(f"DELETE FROM {quote_path(target.location)}")
-            if t.properties and t.targets and is_delta_table(self.spark, t.targets[0].location):
-                names = ", ".join(sql_string(p) for p in t.properties)
+            # what its rows were built from and with goes with them
+            if t.targets and is_delta_table(self.spark, t.targets[0].location):
+                names = ", ".join(sql_string(p) for p in (*t.properties, SPEC_WRITTEN))
                 self.spark.sql(f"ALTER TABLE {quote_path(t.targets[0].location)} "
                                f"UNSET TBLPROPERTIES IF EXISTS ({names})")
             log.info("refresh.table.reset", table=t.table)

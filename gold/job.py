@@ -39,6 +39,7 @@ from framework.identifiers import quote
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import grouping_problems
+from framework.staleness import record as record_spec
 from gold.spec import AggregateSpec, OutputMode, WindowType
 
 DEFAULT_COMMENTS = {
@@ -195,6 +196,7 @@ class AggregateJob(StreamingJob):
                      rebuild=self.ctx.operation is not None,
                      comment=self.spec.description or f"Windowed aggregate of "
                      f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")
+        record_spec(self.spark, self.table.location, self.spec.stale_parts())
 
     def _merge_batch(self, batch: DataFrame, batch_id: int) -> None:
         """MERGE the batch's windows (one row per window and keys: the aggregate's current

@@ -38,6 +38,7 @@ from gold.spec import BUILT_FROM, JoinType, MartSpec
 ColumnList = list[tuple[str, str]]  # (name, comment)
 
 VERSIONS = BUILT_FROM  # table property: {table: Delta version} last built
+DEFINITION = "medallion.mart.definition"  # table property: the definition last built with
 # The columns of an SCD2 dimension's versions (silver.changes; named here as gold may not
 # import silver).
 START_AT, END_AT, IS_CURRENT = "__start_at", "__end_at", "__is_current"
@@ -239,10 +240,15 @@ class MartJob(Job):
         schema = df.schema
         created = create_table(spark, mart, schema, self.table.location,
                                partition_by=partitions, comment=comment)
-        built = {} if created else json.loads(_properties(spark, mart).get(VERSIONS, "{}"))
+        properties = {} if created else _properties(spark, mart)
+        built = json.loads(properties.get(VERSIONS, "{}"))
+        definition = json.dumps(self.spec.definition(), sort_keys=True)
         new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
         reason = "the mart's columns changed" if new_columns else \
             _full_rebuild_reason(built, versions, fact, dims, partitions)
+        if reason is None and properties.get(DEFINITION, definition) != definition:
+            # (a mart built before definitions were recorded has none: taken as the same)
+            reason = "the mart's definition changed (its filter, grouping, aggregates or joins)"
         changed: list[tuple[str | None, ...]] | None = None
         if reason is None:
             changed = _changed_partitions(spark, fact_detail["location"], built[fact],
@@ -265,7 +271,8 @@ class MartJob(Job):
             df.where(condition).write.format("delta").mode("overwrite") \
                 .option("replaceWhere", condition).save(self.table.location)
         spark.sql(f"ALTER TABLE {quote_name(mart)} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
-                  f"{sql_string(json.dumps(versions, sort_keys=True))})")
+                  f"{sql_string(json.dumps(versions, sort_keys=True))}, "
+                  f"{sql_string(DEFINITION)} = {sql_string(definition)})")
         self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
                       full_rebuild=reason, partitions_rebuilt=changed)
         return {"full_rebuild": int(reason is not None),

@@ -247,6 +247,20 @@ class AggregateSpec(GoldSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
 
+    def stale_parts(self) -> dict[str, str]:
+        """The source, the event time and its watermark, the window, the grouping and each
+        aggregate's expression."""
+        window = self.window
+        parts = {"source": f"{self.source.layer.value}.{self.source.table}",
+                 "event_time": self.event_time, "watermark": self.watermark,
+                 "window": " ".join(f"{k} {v}" for k, v in (
+                     ("type", window.type.value), ("duration", window.duration),
+                     ("slide", window.slide), ("gap", window.gap)) if v),
+                 "group_by": ", ".join(self.group_by)}
+        for a in self.aggregates:
+            parts[f"aggregates[{a.name}]"] = a.expr
+        return parts
+
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
         src = self.source
         return split_commits_advice(table.full_name, project.env.table_name(
@@ -298,6 +312,14 @@ class MartSpec(GoldSpec):
         if not self.materialize:
             return None
         return Rebuild(RebuildMethod.WHOLE, (table.location,), properties=(BUILT_FROM,))
+
+    def definition(self) -> dict[str, Any]:
+        """What decides a materialized mart's rows (not its description or layout): a mart
+        built with another is rebuilt whole."""
+        return {"fact": self.fact.model_dump(mode="json", include={"table", "layer"}),
+                "dimensions": [d.model_dump(mode="json") for d in self.dimensions],
+                "where": self.where, "group_by": self.group_by,
+                "aggregates": [[a.name, a.expr] for a in self.aggregates]}
 
     def sql_texts(self) -> list[SqlText]:
         texts = super().sql_texts()

@@ -61,6 +61,7 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.sqlcheck import analysis_problem
+from framework.staleness import record as record_spec
 from silver.changes import SCD2_COLUMNS, ChangeApplier, log_schema, table_schema
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import (
@@ -304,6 +305,9 @@ class SilverJob(StreamingJob):
             added = add_missing_columns(self.spark, self.table.location, schema)
             if added:
                 self.log.info("silver.schema.columns_added", columns=added)
+        if self.spec.format is not TableFormat.PARQUET:
+            # what its rows are computed with, before one is written (for medallion validate)
+            record_spec(self.spark, self.table.location, self.spec.stale_parts())
         if self._quarantines:
             create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                          self.quarantine_location,

@@ -28,6 +28,7 @@ Expectation semantics: a rule holds when it evaluates to TRUE; FALSE and NULL br
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -273,6 +274,29 @@ class SilverTableSpec(TableSpec):
                     "it from: rebuild it by hand (move its checkpoint aside, drop the table, "
                     "run)")
         return None
+
+    def stale_parts(self) -> dict[str, str]:
+        """Each column's origin and type, each rule that keeps rows out (not a ``warn``: its
+        rows are kept either way), the transforms, the source, the event time, the dedup
+        keys and how rows are applied as changes."""
+        parts = {"source": f"{self.source.layer.value}.{self.source.table}",
+                 "mode": self.mode.value}
+        for c in self.columns:
+            origin = c.expr or c.from_ or c.name
+            parts[f"columns[{c.name}]"] = f"{origin} :: {c.type}" if c.type else origin
+        for e in self.expectations:
+            if e.action is not Action.WARN:
+                parts[f"expectations[{e.name}]"] = f"{e.rule} ({e.action.value})"
+        if self.transforms:
+            parts["transforms"] = ", ".join(self.transforms)
+        if self.event_time:
+            parts["event_time"] = self.event_time
+        if self.dedup:
+            parts["dedup"] = ", ".join(self.dedup.keys)
+        if self.changes:
+            parts["changes"] = json.dumps(self.changes.model_dump(mode="json", exclude_none=True),
+                                          sort_keys=True)
+        return parts
 
     @property
     def changes(self) -> Changes | None:

@@ -405,3 +405,55 @@ def test_validate_reports_config_and_sql_problems_together_each_value_said_once(
     assert lines["silver/plain.yaml:expectations[0].rule"] == \
         "expected a rule that is true or false for each row (a boolean), found 'quantity * 2' " \
         "of type int"
+
+
+def test_stale_changes_name_only_what_a_refresh_fixes() -> None:
+    from framework.staleness import merged, stale_changes
+    from gold.spec import AggregateSpec, MartSpec
+    from silver.spec import SilverTableSpec
+
+    orders = {"name": "orders", "source": "orders", "event_time": "event_time",
+              "columns": [{"name": "order_id"}, {"name": "amount", "expr": "quantity * 2"}],
+              "expectations": [{"name": "positive", "rule": "amount > 0", "action": "drop"},
+                               {"name": "noted", "rule": "amount < 100"}],
+              "dedup": {"keys": ["order_id"], "delay": "1 hour"}}
+    before = SilverTableSpec.model_validate(orders).stale_parts()
+    written = merged(None, before)
+    assert stale_changes(written, before) == []
+    assert stale_changes(None, before) == []  # nothing recorded: nothing to compare
+    # layout, descriptions and warn-only rules change no row
+    same = SilverTableSpec.model_validate({
+        **orders, "description": "new words", "partition_by": ["order_id"],
+        "expectations": [*orders["expectations"][:1],
+                         {"name": "noted", "rule": "amount < 5", "action": "warn"}]})
+    assert stale_changes(written, same.stale_parts()) == []
+    changed = SilverTableSpec.model_validate({
+        **orders, "columns": [{"name": "order_id"},
+                              {"name": "amount", "expr": "quantity * 3", "type": "bigint"}],
+        "expectations": [{"name": "x", "rule": "amount < 9", "action": "quarantine"}]})
+    stale = stale_changes(written, changed.stale_parts())
+    assert [c.part for c in stale] == ["columns[amount]", "expectations[positive]",
+                                       "expectations[x]"]
+    assert [c.describe() for c in stale] == [
+        "columns[amount] was 'quantity * 2', the spec now says 'quantity * 3 :: bigint'",
+        "expectations[positive] was 'amount > 0 (drop)' and is no longer in the spec",
+        "expectations[x] is new ('amount < 9 (quarantine)'): rows written before it never "
+        "had it"]
+    # rows written under both values: stale until a refresh, even with the first one back
+    both = merged(written, changed.stale_parts())
+    assert "columns[amount]" in [c.part for c in stale_changes(both, before)]
+
+    window = {"name": "sales", "source": "orders", "event_time": "event_time",
+              "watermark": "1 hour", "window": {"type": "tumbling", "duration": "1 hour"},
+              "aggregates": [{"name": "total", "expr": "sum(amount)"}]}
+    gold = merged(None, AggregateSpec.model_validate(window).stale_parts())
+    wider = AggregateSpec.model_validate({**window, "window": {"type": "tumbling",
+                                                               "duration": "1 day"},
+                                          "description": "per day"})
+    assert [c.part for c in stale_changes(gold, wider.stale_parts())] == ["window"]
+    # a mart is never stale: a view reads its sources, a materialized one rebuilds itself
+    mart = MartSpec.model_validate({"name": "m", "kind": "mart", "fact": "sales",
+                                    "materialize": True, "where": "region = 'west'",
+                                    "dimensions": [{"table": "stores", "on": "store_id"}]})
+    assert mart.stale_parts() == {}
+    assert mart.definition()["where"] == "region = 'west'"

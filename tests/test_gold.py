@@ -284,6 +284,16 @@ def test_a_materialized_mart_rebuilds_only_the_fact_partitions_that_changed(
     assert spark.table(mart).count() == spark.table(fact).count()
     assert [c.description for c in spark.catalog.listColumns(mart)
             if c.name == "window_start"] == ["Start of the event-time window (inclusive)"]
+    # A new filter changes which rows it holds, though no table changed: rebuilt whole.
+    lakehouse.add_table("gold", "regional_sales", {
+        "kind": "mart", "fact": "store_sales", "materialize": True, "where": "region = 'east'",
+        "dimensions": [{"table": "stores", "on": "store_id", "columns": ["region", "manager"]}]})
+    assert run_gold(spark, lakehouse, "regional_sales").counts["full_rebuild"] == 1
+    east = joined().where("region = 'east'")
+    assert 0 < east.count() < spark.table(fact).count()
+    assert_df_equality(spark.table(mart).drop("manager"), east, ignore_row_order=True,
+                       ignore_column_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert run_gold(spark, lakehouse, "regional_sales").counts["full_rebuild"] == 0
 
 
 def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(

@@ -109,6 +109,17 @@ def test_a_changed_silver_expression_refreshed_downstream_equals_a_fresh_lake(
     before = version(spark, a, "silver", "orders")
     capsys.readouterr()
 
+    # validate names the stale rows and the command; gold's own spec is unchanged
+    assert cli(a, "validate") == 0
+    warned = [line for line in capsys.readouterr().out.splitlines()
+              if line.startswith("warning:")]
+    assert len(warned) == 1, warned
+    assert f"{a.schemas['silver']}.orders were written under another spec" in \
+        warned[0]
+    assert "columns[amount] was 'quantity * 2 :: bigint', the spec now says " \
+        "'quantity * 3 :: bigint'" in warned[0]
+    assert warned[0].endswith("medallion refresh silver.orders --downstream")
+
     # gold reads silver: refused without --downstream, naming it
     assert cli(a, "refresh", "silver.orders") == 2
     err = capsys.readouterr().err
@@ -131,6 +142,9 @@ def test_a_changed_silver_expression_refreshed_downstream_equals_a_fresh_lake(
             delta(spark, a, "bronze", "orders").count()) == bronze
     assert closed_states(a)[-1] is JournalState.DONE
     assert not list((a.root / "_refresh").glob("r-*"))
+    capsys.readouterr()
+    assert cli(a, "validate") == 0
+    assert "warning:" not in capsys.readouterr().out  # the rebuild recorded the new spec
     # the run history names the refresh on the rows of the rebuild, and on those only
     op = sorted(p.name for p in (a.root / "_refresh" / "closed").iterdir())[-1]
     marked = {(r["table"].rsplit(".", 1)[-1], r["operation"]) for r in run_history(spark, a)}

@@ -347,6 +347,14 @@ class TableSpec(Model):
         """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
         return None
 
+    def stale_parts(self) -> dict[str, str]:
+        """The parts of the spec that decide the content of rows already written (a column's
+        expression, a rule that drops rows, a window), each by name with its value as text;
+        a change to one leaves rows only a refresh recomputes (see
+        :mod:`framework.staleness`). Layout and descriptions are not among them. None by
+        default."""
+        return {}
+
 
 @dataclass(frozen=True)
 class Table:
