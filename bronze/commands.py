@@ -1,16 +1,19 @@
-"""Bronze's ``medallion`` commands: ``land``, ``purge-archive``, ``infer-schema`` and
-``schema``."""
+"""Bronze's ``medallion`` commands: ``land``, ``purge-archive``, ``infer-schema``,
+``schema`` and ``backfill``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
+from datetime import UTC, datetime
 
 from bronze.spec import BronzeTableSpec, CleanSource
 from framework.commands import (
     EXIT_CONFIG,
+    EXIT_FAILED,
     EXIT_OK,
     print_table,
     project_of,
@@ -66,6 +69,62 @@ def add_commands(commands: Commands) -> None:
     p.add_argument("table")
     p.add_argument("--add", metavar="DDL",
                    help="columns to add, e.g. \"channel STRING, qty BIGINT\"")
+
+
+    p = commands.add(
+        "backfill", cmd_backfill, help="ingest a historical folder of files into a feed, once",
+        description="Ingest the files of a folder (years of history, say) into a bronze feed "
+        "through its own job, where they are: nothing there is moved. Exactly once: run "
+        "again, or after a kill, it reads only the files it has not; a file the landing feed "
+        "ingested (the same path under landing and size) is left out, and a landing file a "
+        "backfill ingested is archived by the next run without being read again. The "
+        "landing feed goes on as before.")
+    p.add_argument("table")
+    p.add_argument("--from", dest="folder", required=True, metavar="PATH",
+                   help="the folder of files (read recursively, with the feed's "
+                   "path_glob_filter)")
+    p.add_argument("--since", metavar="TIME", type=_instant,
+                   help="only files modified at or after TIME (ISO 8601; UTC without a zone)")
+    p.add_argument("--until", metavar="TIME", type=_instant,
+                   help="only files modified before TIME")
+    p.add_argument("--max-files", type=int, default=500, metavar="N",
+                   help="files per batch (default 500)")
+
+
+def _instant(text: str) -> datetime:
+    """An ISO 8601 time; UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time such as 2026-01-31T00:00:00, found {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from bronze.backfill import Backfill, BackfillJob, check_folder
+    from framework.job import RunContext, RunStatus, RunSummary, StopSignal
+
+    project = project_of(args)
+    table = project.table(args.table, Layer.BRONZE)
+    _spec(table)
+    check_folder(table, args.folder)
+    if args.since and args.until and args.since >= args.until:
+        raise UsageError(f"expected --since before --until, found {args.since.isoformat()} "
+                         f"and {args.until.isoformat()}")
+    if args.max_files < 1:
+        raise UsageError(f"expected --max-files of 1 or more, found {args.max_files}")
+    backfill = Backfill(args.folder, args.since, args.until, args.max_files)
+    stop = StopSignal()
+    with stop.on_signals(signal.SIGTERM, signal.SIGINT):
+        spark = spark_for(project, "medallion backfill", writes=True)
+        ctx = RunContext(stop=stop, operation=backfill.operation)
+        started = time.perf_counter()
+        result = BackfillJob(spark, table, ctx, backfill).run()
+    summary = RunSummary(run_id=ctx.run_id, env=project.env.name, tables=[result],
+                         duration_s=time.perf_counter() - started)
+    print(summary.render())
+    return EXIT_FAILED if summary.status is RunStatus.FAILED else EXIT_OK
 
 
 def _spec(table: Table) -> BronzeTableSpec:

@@ -84,7 +84,7 @@ from typing import Any, cast
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze.ledger import FileStatus, ledger_frame
+from bronze.ledger import BACKFILL_BASE, FileStatus, Ingestion, ledger_frame
 from bronze.spec import BronzeTableSpec, CleanSource, Redelivery
 from framework.checkpoint import last_committed_batch
 from framework.config.model import Table
@@ -215,6 +215,8 @@ class Entry:
     status: str
     location: str | None
     error: str | None
+    ingestion: str | None = None
+    file_key: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Entry:
@@ -222,7 +224,13 @@ class Entry:
         # (naive UTC, as the ledger writes it: bronze.ledger.ledger_rows)
         ms = round(mtime.replace(tzinfo=UTC).timestamp() * 1000) if mtime else 0
         return cls(row["path"], int(row["size"] or 0), ms, int(row["batch_id"]), row["status"],
-                   row["location"], row["error"])
+                   row["location"], row["error"], row["ingestion"], row["file_key"])
+
+    @property
+    def backfilled(self) -> bool:
+        """A row of a file a backfill read (in its folder), or of a landing file settled as
+        one a backfill had read."""
+        return self.ingestion == Ingestion.BACKFILL
 
 
 class Deliveries:
@@ -274,21 +282,32 @@ class Deliveries:
         if not listed:
             return
         entries: dict[str, list[Entry]] = {}
-        for entry in self._ledger_rows([local_path(f.path) for f in listed]):
-            entries.setdefault(entry.path, []).append(entry)
+        backfilled: dict[tuple[str, int], Entry] = {}  # (path under its folder, size)
+        keys = {local_path(f.path): local_path(f.path)[len(folder) + 1:] for f in listed}
+        for entry in self._ledger_rows(list(keys), list(keys.values())):
+            if entry.backfilled and entry.batch_id >= BACKFILL_BASE:
+                if entry.status in INGESTED and entry.file_key:
+                    backfilled[(entry.file_key, entry.size)] = entry
+            else:
+                entries.setdefault(entry.path, []).append(entry)
         self._ledger_paths = set(entries)
         self.log.debug("bronze.deliveries.checked", landing_files=len(listed),
                        known_paths=len(entries),
                        seconds=round(time.perf_counter() - started, 3))
         skips: list[tuple[FileInfo, Entry | None, str]] = []
+        copies: list[tuple[FileInfo, Entry]] = []
         for info in listed:
             path = local_path(info.path)
             rows = entries.get(path)
-            if rows:
+            earlier = backfilled.get((keys[path], info.size))
+            if earlier is not None and not any(r.batch_id >= 0 for r in rows or []):
+                copies.append((FileInfo(path, info.size, info.modified_ms), earlier))
+            elif rows:
                 skip = self._one(FileInfo(path, info.size, info.modified_ms), rows)
                 if skip is not None:
                     skips.append(skip)
         self._quarantine(skips)
+        self._settle_backfilled(copies)
         self._known_paths = {path for path, _, _ in self.known}
 
     def _one(self, info: FileInfo, rows: list[Entry]
@@ -296,6 +315,20 @@ class Deliveries:
         """Settle one landing file whose path the ledger holds; a delivery to quarantine is
         returned (with its pending row, if a run stopped before moving it, and the reason)."""
         same = [r for r in rows if (r.size, r.modified_ms) == (info.size, info.modified_ms)]
+        copied = next((r for r in same if r.backfilled and r.batch_id == REDELIVERY_BATCH),
+                      None)
+        if copied is not None and copied.status != FileStatus.INGESTED and (
+                copied.status == FileStatus.DELETED or not (
+                    copied.location and self.storage.exists(copied.location))):
+            # settled as backfilled, its move or delete cut short: made now
+            self._settle_copy(info.path, copied.location, copied.status)
+            return None
+        if copied is not None:  # kept in landing (clean_source: off), or landed again
+            self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
+            if copied.status != FileStatus.INGESTED:
+                self.log.warning("bronze.file.already_ingested", path=info.path,
+                                 ingested_by="a backfill", status=copied.status)
+            return None
         ingested = [r for r in rows if r.status in INGESTED and r.batch_id >= 0]
         copy = max((r for r in same if r in ingested), key=lambda r: r.batch_id, default=None)
         if copy is not None:
@@ -413,14 +446,61 @@ class Deliveries:
         raise StorageError(f"expected a free name for {info.path} in the quarantine folder "
                            f"{self.quarantine_dir}, found every name taken")
 
-    def _ledger_rows(self, paths: list[str]) -> list[Entry]:
-        """The ledger rows of ``paths``: one read, filtered by path."""
+    def _ledger_rows(self, paths: list[str], keys: list[str]) -> list[Entry]:
+        """The ledger rows of ``paths``, and those of files backfilled under ``keys`` (their
+        paths under landing): one read."""
         rows = self.spark.read.format("delta").load(self.ledger) \
-            .where(F.col("path").isin(sorted(set(paths)))) \
+            .where(F.col("path").isin(sorted(set(paths)))
+                   | ((F.col("batch_id") >= BACKFILL_BASE)
+                      & F.col("file_key").isin(sorted(set(keys))))) \
             .select("path", "size", "modification_time", "batch_id", "status", "location",
-                    "error") \
+                    "error", "ingestion", "file_key") \
             .collect()
         return [Entry.of(r.asDict()) for r in rows]
+
+    def _settle_backfilled(self, copies: list[tuple[FileInfo, Entry]]) -> None:
+        """Landing files a backfill ingested (the same path under its folder, and size):
+        not read again, but settled as the feed settles what it ingests (archived, deleted,
+        or left with ``clean_source: off``), each with a ledger row in the partition of
+        deliveries that no batch read (its rows are the backfill's). The rows first (one
+        commit), then the moves: a run stopped between finds the rows and makes the moves."""
+        if not copies:
+            return
+        now = datetime.now(UTC).replace(tzinfo=None)
+        mode = self.spec.source.clean_source
+        rows: list[dict[str, Any]] = []
+        for info, earlier in copies:
+            if mode is CleanSource.ARCHIVE:
+                status, location = FileStatus.ARCHIVED, archive_target(self.archive_dir,
+                                                                        info.path)
+            elif mode is CleanSource.DELETE:
+                status, location = FileStatus.DELETED, None
+            else:
+                status, location = FileStatus.INGESTED, info.path
+            mtime = datetime.fromtimestamp(info.modified_ms / 1000, UTC).replace(tzinfo=None)
+            rows.append({"path": info.path, "size": info.size, "modification_time": mtime,
+                         "batch_id": REDELIVERY_BATCH, "rows": 0, "good_rows": 0,
+                         "quarantined_rows": 0, "status": status.value, "error": None,
+                         "location": location, "ingested_at": now, "updated_at": now,
+                         "notes": f"ingested by a backfill (batch {earlier.batch_id}) from "
+                                  f"{earlier.path}",
+                         "ingestion": Ingestion.BACKFILL.value, "file_key": earlier.file_key})
+            self.log.warning("bronze.file.backfilled_earlier", path=info.path,
+                             backfilled_from=earlier.path, batch_id=earlier.batch_id,
+                             settled=status.value)
+        append(ledger_frame(self.spark, rows), self.ledger, WRITER, REDELIVERY_BATCH)
+        for row in rows:
+            self._settle_copy(row["path"], row["location"], row["status"])
+
+    def _settle_copy(self, path: str, location: str | None, status: str) -> None:
+        """Archive or delete a landing file settled as backfilled (its row is in)."""
+        try:
+            if status == FileStatus.ARCHIVED and location:
+                self.storage.try_move(path, location)
+            elif status == FileStatus.DELETED:
+                self.storage.delete(path)
+        except StorageError as exc:  # its row names the target: the next run settles it
+            self._unmoved(path, location or "(deleted)", exc)
 
     # ------------------------------------------------------------------ in each micro-batch
     def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:

@@ -142,11 +142,15 @@ class BronzeJob(StreamingJob):
             batch_id=last_committed_batch(self.table.checkpoint, self.files) + 1)
         self.reader = FeedReader(self.spark, self.spec, self.files) if types is None else \
             ChangeEventReader(self.spark, self.spec, self.files, types)
-        # Files landed again under a name already read, before Spark lists landing.
-        self.deliveries = Deliveries.at_start(self.spark, self.files, self.table,
-                                              ledger=self.locations[self.ledger_table],
-                                              replayable=self.commits.replayable, log=self.log)
+        self.deliveries = self._deliveries()
         self._prepared = True
+
+    def _deliveries(self) -> Deliveries:
+        """Files landed again under a name already read, settled before Spark lists landing;
+        those each batch leaves out (:class:`Deliveries`)."""
+        return Deliveries.at_start(self.spark, self.files, self.table,
+                                   ledger=self.locations[self.ledger_table],
+                                   replayable=self.commits.replayable, log=self.log)
 
     def _change_types(self, row: StructType) -> dict[str, DataType] | None:
         """For a feed of change events (``cdc``): the types of its sequence fields, once the
@@ -199,8 +203,7 @@ class BronzeJob(StreamingJob):
             log.info("bronze.batch.replayed", files=len(rows))
             self._settle(batch_id, rows, batch_counts(batch_id, rows), committed=True)
             return
-        files = {from_uri(p): p for p in batch_source_files(self.table.checkpoint, batch_id,
-                                                              storage=self.files)}
+        files = {from_uri(p): p for p in self._source_files(batch_id)}
         files = self.deliveries.unseen(files, batch_id)  # not those an earlier batch ingested
         stats = {f: stat_or_none(self.files, f) for f in files}
         failed = {f: why for f, info in stats.items() if (why := unreadable(info)) is not None}
@@ -261,6 +264,11 @@ class BronzeJob(StreamingJob):
                  failed_files=counts.failed_files, rescued_rows=counts.rescued,
                  ignored_column_rows=counts.ignored, seconds=dict(counts.seconds),
                  **({"file_notes": notes} if notes else {}))
+
+    def _source_files(self, batch_id: int) -> dict[str, int]:
+        """The files Spark's file source planned for the batch (URI -> modification time in
+        ms), from the checkpoint."""
+        return batch_source_files(self.table.checkpoint, batch_id, storage=self.files)
 
     def _evolve(self, batch_id: int, files: Sequence[str], log: Any) -> None:
         """Before a batch is read: in ``addNewColumns``, add its new columns to the table

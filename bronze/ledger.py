@@ -35,6 +35,15 @@ from bronze.batch import BATCH_ID, SOURCE_FILE
 from bronze.checks import rows_per_file
 from framework.delta import literal_rows, version_rows
 
+# The first ledger batch of backfills (bronze.backfill): no landing query reaches it.
+BACKFILL_BASE = 10**12
+
+
+class Ingestion(StrEnum):
+    """How a file came into the ledger, besides a landing delivery (null)."""
+
+    BACKFILL = "backfill"  # read in place from a historical folder (``medallion backfill``)
+
 
 class FileStatus(StrEnum):
     """Where a landing file stands."""
@@ -63,6 +72,10 @@ LEDGER_SCHEMA = StructType(
         # What the file's columns lacked or added (bronze.conform), e.g. "missing columns
         # (null): region"
         StructField("notes", StringType()),
+        # How the file came: null for a landing delivery, "backfill" for a file read in place
+        # by ``medallion backfill`` (its path under the folder it was read from: file_key)
+        StructField("ingestion", StringType()),
+        StructField("file_key", StringType()),
     ]
 )
 
@@ -106,7 +119,7 @@ def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
         mtime = datetime.fromtimestamp(modified_ms / 1000, UTC).replace(tzinfo=None)
         rows.append(dict(zip(LEDGER_SCHEMA.names, (
             path, size, mtime, batch_id, n_good + n_bad, n_good, n_bad, status.value, reason,
-            path, now, now, (notes or {}).get(path)), strict=True)))
+            path, now, now, (notes or {}).get(path), None, None), strict=True)))
     return rows, batch_counts(batch_id, rows)
 
 

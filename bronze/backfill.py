@@ -1,0 +1,273 @@
+"""``medallion backfill``: a historical folder of files ingested in place by the feed's own
+bronze job, exactly once, beside the ongoing landing feed.
+
+A backfill is the bronze job (:class:`~bronze.job.BronzeJob`) run as a query of its own over
+the folder given (``--from``), read recursively with the feed's ``path_glob_filter``, and
+never moving a file there (``clean_source: off`` for that query, failed files included):
+
+- **its own checkpoint**, ``_checkpoints/bronze/<table>.backfill-<key>``, where the key is made
+  of the folder and the ``--since``/``--until`` slice: run again, the same backfill reads only
+  the files it has not read; a kill is resumed by running it again, as a run is;
+- **its own batches**: the query's batch ``b`` is batch ``BACKFILL_BASE + b`` in the ledger,
+  the bronze rows' ``_batch_id`` and the commits' tags, so it never meets a landing batch, and
+  the landing reconciler (which settles batches up to the landing checkpoint's) never looks at
+  its rows; its ledger rows say ``ingestion = 'backfill'`` with the file's path under the
+  folder (``file_key``);
+- **a file is the same file** in landing and in the folder when its path under each and its
+  size are equal (not its modification time: copies and uploads rewrite it). A file of the
+  folder the landing feed already ingested, or one an earlier backfill ingested from the same
+  path, is left out (``bronze.file.skipped_known``); a landing file a backfill ingested is
+  archived (or deleted, per ``clean_source``) at the next run's start without being read
+  again (:mod:`bronze.deliveries`);
+- ``--since``/``--until`` take the files modified in ``[since, until)``; the others are left
+  out of this backfill's batches (and counted).
+
+The run history records its batches under the backfill's own query, with ``operation``
+``backfill-<key>``. Bronze's readers (silver) see its rows as any other commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from bronze.deliveries import INGESTED, glob_regex, hidden
+from bronze.job import MAX_FILE_AGE, BronzeJob
+from bronze.ledger import BACKFILL_BASE, BatchCounts, Ingestion
+from bronze.reconcile import Reconciler
+from bronze.spec import BronzeTableSpec, CleanSource
+from framework.config.model import Table
+from framework.errors import UsageError
+from framework.listener import BatchProgress
+from framework.storage import local_path
+
+__all__ = ["BACKFILL_BASE", "Backfill", "BackfillJob", "BackfillTable"]
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What to backfill: a folder, and optionally the slice of modification times
+    ``[since, until)`` (aware datetimes)."""
+
+    folder: str
+    since: datetime | None = None
+    until: datetime | None = None
+    max_files: int = 500  # files per batch
+
+    @property
+    def key(self) -> str:
+        """The backfill's name: the same folder and slice give the same key (and checkpoint)."""
+        text = "|".join([local_path(self.folder).rstrip("/"),
+                         self.since.isoformat() if self.since else "",
+                         self.until.isoformat() if self.until else ""])
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def operation(self) -> str:
+        return f"backfill-{self.key}"
+
+    def takes(self, modified_ms: int) -> bool:
+        """Whether a file modified at ``modified_ms`` is in the slice."""
+        since = self.since.timestamp() * 1000 if self.since else None
+        until = self.until.timestamp() * 1000 if self.until else None
+        return (since is None or modified_ms >= since) and (until is None or modified_ms < until)
+
+
+@dataclass(frozen=True)
+class BackfillTable(Table):
+    """A bronze table as its backfill's query sees it: the same table, another checkpoint."""
+
+    key: str = ""
+
+    @property
+    def checkpoint(self) -> str:
+        return self.env.path("_checkpoints", self.layer.value, f"{self.spec.name}.backfill-"
+                                                                f"{self.key}")
+
+
+def check_folder(table: Table, folder: str) -> None:
+    """Refuse a folder the feed's own folders overlap (landing, archive, quarantine): their
+    files are the landing feed's."""
+    spec = table.spec
+    assert isinstance(spec, BronzeTableSpec)
+    mine = local_path(folder).rstrip("/")
+    for what, other in (("landing folder", spec.landing_folder(table)),
+                        ("archive", spec.archive_dir(table)),
+                        ("quarantine folder", spec.quarantine_dir(table))):
+        theirs = local_path(other).rstrip("/")
+        if mine == theirs or mine.startswith(theirs + "/") or theirs.startswith(mine + "/"):
+            raise UsageError(f"expected a folder of historical files apart from the feed's "
+                             f"own, found {folder}, which overlaps its {what} {other}")
+
+
+class KnownFiles:
+    """The folder's files already ingested, found at the start: by the landing feed (the same
+    path under landing and size) or by a backfill (the same path and size). Each batch leaves
+    them out (:meth:`unseen`), and the files out of the slice."""
+
+    def __init__(self, job: BackfillJob) -> None:
+        self.job = job
+        self.skipped: dict[int, list[str]] = {}
+        self.outside: dict[int, list[str]] = {}
+        self.known: dict[tuple[str, int], str] = {}  # (path, size) -> how it was ingested
+
+    @property
+    def skipped_files(self) -> int:
+        return sum(len(files) for files in self.skipped.values())
+
+    def check(self) -> None:
+        job = self.job
+        folder = job.folder
+        listed = [f for f in job.files.list_files(folder) if job.lists(f.path)] \
+            if job.files.exists(folder) else []
+        if not listed:
+            return
+        landing = local_path(job.spec.landing_folder(job.table)).rstrip("/")
+        own = {local_path(f.path): f.size for f in listed}
+        in_landing = {f"{landing}/{job.key_of(p)}": p for p in own}
+        candidates = job.spark.createDataFrame([(p,) for p in [*own, *in_landing]], "path string")
+        rows = job.spark.read.format("delta").load(job.locations[job.ledger_table]) \
+            .where(F.col("status").isin(sorted(INGESTED)) & (F.col("batch_id") >= 0)) \
+            .join(F.broadcast(candidates), "path").select("path", "size", "batch_id") \
+            .collect()
+        for row in rows:
+            path = in_landing.get(row["path"], row["path"])
+            if own.get(path) == row["size"]:
+                how = "a backfill" if row["batch_id"] >= BACKFILL_BASE else "landing"
+                self.known[(path, int(row["size"]))] = f"{how} (batch {row['batch_id']})"
+
+    def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:
+        """The batch's files without those ingested before (each reported)."""
+        skipped = []
+        paths = {path for path, _ in self.known}
+        for path in list(files):
+            if path not in paths:
+                continue
+            info = self.job.files.stat(path)
+            how = self.known.get((path, info.size))
+            if how is not None:
+                skipped.append(path)
+                self.job.log.warning("bronze.file.skipped_known", path=path, batch_id=batch_id,
+                                     ingested_by=how)
+        if skipped:
+            self.skipped.setdefault(batch_id, []).extend(skipped)
+        return {p: uri for p, uri in files.items() if p not in skipped}
+
+
+class InPlace(Reconciler):
+    """A backfill's files stay where they are: ingested or failed, none is moved."""
+
+    def planned(self, row: dict[str, Any]) -> dict[str, Any]:
+        return dict(row)
+
+    def settle(self, batch_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
+        return {}
+
+    def reconcile(self, run_rows: dict[int, list[dict[str, Any]]], *, read_ledger: bool
+                  ) -> dict[str, int]:
+        return {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0,
+                "files_unsettled": 0}
+
+
+class BackfillJob(BronzeJob):
+    """The feed's bronze job over a historical folder (see the module's text)."""
+
+    def __init__(self, spark: Any, table: Table, ctx: Any, backfill: Backfill) -> None:
+        self.backfill = backfill
+        super().__init__(spark, BackfillTable(table.spec, table.layer, table.env,
+                                              table.source_file, key=backfill.key), ctx)
+        self.folder = local_path(backfill.folder).rstrip("/")
+        name_filter = self.spec.source.path_glob_filter
+        self._pattern = glob_regex(name_filter) if name_filter else None
+
+    def lists(self, path: str) -> bool:
+        """Whether the backfill's query lists the file at ``path`` (recursively, no hidden
+        names, the feed's ``path_glob_filter``)."""
+        path = local_path(path)
+        if not path.startswith(self.folder + "/"):
+            return False
+        parts = path[len(self.folder) + 1:].split("/")
+        if any(hidden(p) for p in parts):
+            return False
+        return self._pattern is None or self._pattern.fullmatch(parts[-1]) is not None
+
+    def key_of(self, path: str) -> str:
+        """A file's path under the backfill's folder."""
+        return local_path(path)[len(self.folder) + 1:]
+
+    # ------------------------------------------------------------------ the query
+    def prepare(self) -> None:
+        super().prepare()
+        planned = self.commits.replayable  # (the query's batch ids: in the ledger, shifted)
+        self.commits.replayable = range(planned.start + BACKFILL_BASE,
+                                        planned.stop + BACKFILL_BASE)
+
+    def _deliveries(self) -> Any:
+        self.known_files = KnownFiles(self)
+        self.known_files.check()
+        return self.known_files
+
+    def read(self) -> DataFrame:
+        if not self.files.exists(self.folder):
+            raise UsageError(f"expected the folder of files to backfill, found no "
+                             f"{self.backfill.folder}")
+        src = self.spec.source
+        reader = self.spark.readStream.option("maxFileAge", MAX_FILE_AGE) \
+            .option("maxFilesPerTrigger", self.backfill.max_files) \
+            .option("recursiveFileLookup", "true")
+        if src.path_glob_filter:
+            reader = reader.option("pathGlobFilter", src.path_glob_filter)
+        return reader.format("text").load(self.backfill.folder)
+
+    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        super()._process_batch(batch, BACKFILL_BASE + batch_id)
+
+    def _source_files(self, batch_id: int) -> dict[str, int]:
+        planned = super()._source_files(batch_id - BACKFILL_BASE)
+        outside = [p for p, modified in planned.items() if not self.backfill.takes(modified)]
+        if outside:
+            self.known_files.outside.setdefault(batch_id, []).extend(outside)
+            self.log.info("bronze.backfill.outside_slice", batch_id=batch_id,
+                          files=len(outside))
+        return {p: m for p, m in planned.items() if p not in outside}
+
+    def _settle(self, batch_id: int, rows: list[dict[str, Any]], counts: BatchCounts, *,
+                committed: bool = False) -> None:
+        if not committed:
+            rows = [r | {"ingestion": Ingestion.BACKFILL.value, "file_key": self.key_of(r["path"])}
+                    for r in rows]
+        super()._settle(batch_id, rows, counts, committed=committed)
+
+    def reconciler(self) -> Reconciler:
+        return InPlace(self.spark, self.files, checkpoint=self.table.checkpoint,
+                       ledger=self.locations[self.ledger_table], mode=CleanSource.OFF,
+                       archive_dir=self.spec.archive_dir(self.table),
+                       quarantine_dir=self.spec.quarantine_dir(self.table), log=self.log)
+
+    def finish(self) -> dict[str, int]:
+        counts = super().finish()
+        counts["files_outside_slice"] = sum(len(f) for f in self.known_files.outside.values())
+        return counts
+
+    # ------------------------------------------------------------------ figures by batch
+    def _shifted(self, progress: BatchProgress) -> BatchProgress:
+        from dataclasses import replace
+
+        return replace(progress, batch_id=progress.batch_id + BACKFILL_BASE)
+
+    def batch_rows(self, progress: BatchProgress) -> int:
+        return super().batch_rows(self._shifted(progress))
+
+    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
+        return super().batch_figures(self._shifted(progress))
+
+    def batch_schema_change(self, batch_id: int) -> str | None:
+        return super().batch_schema_change(batch_id + BACKFILL_BASE)
+
+    def batch_seconds(self, batch_id: int) -> dict[str, float]:
+        return super().batch_seconds(batch_id + BACKFILL_BASE)
