@@ -31,20 +31,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from bronze.deliveries import INGESTED, glob_regex, hidden
-from bronze.job import MAX_FILE_AGE, BronzeJob
+from bronze.job import BronzeJob
 from bronze.ledger import BACKFILL_BASE, BatchCounts, Ingestion
 from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, CleanSource
+from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
 from framework.config.model import Table
-from framework.errors import UsageError
+from framework.errors import JobError, StorageError, UsageError
 from framework.listener import BatchProgress
-from framework.storage import local_path
+from framework.storage import from_uri, local_path
 
 __all__ = ["BACKFILL_BASE", "Backfill", "BackfillJob", "BackfillTable"]
 
@@ -88,6 +89,11 @@ class BackfillTable(Table):
     def checkpoint(self) -> str:
         return self.env.path("_checkpoints", self.layer.value, f"{self.spec.name}.backfill-"
                                                                 f"{self.key}")
+
+    @property
+    def landing_checkpoint(self) -> str:
+        """The landing query's checkpoint."""
+        return super().checkpoint
 
 
 def check_folder(table: Table, folder: str) -> None:
@@ -140,6 +146,14 @@ class KnownFiles:
             if own.get(path) == row["size"]:
                 how = "a backfill" if row["batch_id"] >= BACKFILL_BASE else "landing"
                 self.known[(path, int(row["size"]))] = f"{how} (batch {row['batch_id']})"
+        # landing's batches planned but not committed (a run stopped): theirs to read
+        checkpoint = job.landing_checkpoint
+        committed = last_committed_batch(checkpoint, job.files)
+        for batch_id in range(committed + 1, last_planned_batch(checkpoint, job.files) + 1):
+            for uri in batch_source_files(checkpoint, batch_id, storage=job.files):
+                path = in_landing.get(from_uri(uri))
+                if path is not None:
+                    self.known[(path, own[path])] = f"landing (batch {batch_id}, pending)"
 
     def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:
         """The batch's files without those ingested before (each reported)."""
@@ -148,7 +162,10 @@ class KnownFiles:
         for path in list(files):
             if path not in paths:
                 continue
-            info = self.job.files.stat(path)
+            try:
+                info = self.job.files.stat(path)
+            except StorageError:
+                continue  # gone: the batch finds it so, and fails it
             how = self.known.get((path, info.size))
             if how is not None:
                 skipped.append(path)
@@ -185,6 +202,10 @@ class BackfillJob(BronzeJob):
         name_filter = self.spec.source.path_glob_filter
         self._pattern = glob_regex(name_filter) if name_filter else None
 
+    @property
+    def landing_checkpoint(self) -> str:
+        return cast(BackfillTable, self.table).landing_checkpoint
+
     def lists(self, path: str) -> bool:
         """Whether the backfill's query lists the file at ``path`` (recursively, no hidden
         names, the feed's ``path_glob_filter``)."""
@@ -198,7 +219,12 @@ class BackfillJob(BronzeJob):
 
     def key_of(self, path: str) -> str:
         """A file's path under the backfill's folder."""
-        return local_path(path)[len(self.folder) + 1:]
+        path = local_path(path)
+        if not path.startswith(self.folder + "/"):
+            raise JobError(self.table.full_name, "backfill",
+                           f"expected the files of {self.folder}, found {path} (give --from "
+                           "as the store names it: an absolute path, or a full URI)")
+        return path[len(self.folder) + 1:]
 
     # ------------------------------------------------------------------ the query
     def prepare(self) -> None:
@@ -217,7 +243,8 @@ class BackfillJob(BronzeJob):
             raise UsageError(f"expected the folder of files to backfill, found no "
                              f"{self.backfill.folder}")
         src = self.spec.source
-        reader = self.spark.readStream.option("maxFileAge", MAX_FILE_AGE) \
+        # (every file of the folder, however old beside the newest one listed)
+        reader = self.spark.readStream.option("maxFileAge", "36500d") \
             .option("maxFilesPerTrigger", self.backfill.max_files) \
             .option("recursiveFileLookup", "true")
         if src.path_glob_filter:

@@ -24,7 +24,7 @@ from framework.config.model import Layer, Table
 from framework.errors import UsageError
 from framework.layers import Commands
 from framework.logging import get_logger
-from framework.storage import FileInfo, land, parse_retention
+from framework.storage import FileInfo, land, local_path, parse_retention, scheme_of
 
 
 def add_commands(commands: Commands) -> None:
@@ -108,13 +108,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     project = project_of(args)
     table = project.table(args.table, Layer.BRONZE)
     _spec(table)
-    check_folder(table, args.folder)
     if args.since and args.until and args.since >= args.until:
         raise UsageError(f"expected --since before --until, found {args.since.isoformat()} "
                          f"and {args.until.isoformat()}")
     if args.max_files < 1:
         raise UsageError(f"expected --max-files of 1 or more, found {args.max_files}")
-    backfill = Backfill(args.folder, args.since, args.until, args.max_files)
+    folder = args.folder if scheme_of(args.folder) not in ("", "file") \
+        else os.path.abspath(local_path(args.folder))  # one spelling: the key, the file keys
+    check_folder(table, folder)
+    backfill = Backfill(folder, args.since, args.until, args.max_files)
     stop = StopSignal()
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
         spark = spark_for(project, "medallion backfill", writes=True)

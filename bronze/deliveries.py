@@ -86,11 +86,11 @@ from pyspark.sql import functions as F
 
 from bronze.ledger import BACKFILL_BASE, FileStatus, Ingestion, ledger_frame
 from bronze.spec import BronzeTableSpec, CleanSource, Redelivery
-from framework.checkpoint import last_committed_batch
+from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Table
 from framework.delta import append
 from framework.errors import StorageError
-from framework.storage import FileInfo, Storage, archive_target, local_path
+from framework.storage import FileInfo, Storage, archive_target, from_uri, local_path
 
 __all__ = ["REDELIVERY_BATCH", "Deliveries", "LandingPattern", "delivery_name"]
 
@@ -296,11 +296,16 @@ class Deliveries:
                        seconds=round(time.perf_counter() - started, 3))
         skips: list[tuple[FileInfo, Entry | None, str]] = []
         copies: list[tuple[FileInfo, Entry]] = []
+        pending = self._pending() if backfilled else set()
         for info in listed:
             path = local_path(info.path)
-            rows = entries.get(path)
+            rows = entries.get(path) or []
             earlier = backfilled.get((keys[path], info.size))
-            if earlier is not None and not any(r.batch_id >= 0 for r in rows or []):
+            # a backfilled file's copy: not these bytes read by landing already, not settled
+            # as a copy already, not in a batch the query replays (it reads it)
+            if earlier is not None and path not in pending and not any(
+                    (r.batch_id >= 0 and (r.size, r.modified_ms) == (info.size, info.modified_ms))
+                    or (r.backfilled and r.batch_id == REDELIVERY_BATCH) for r in rows):
                 copies.append((FileInfo(path, info.size, info.modified_ms), earlier))
             elif rows:
                 skip = self._one(FileInfo(path, info.size, info.modified_ms), rows)
@@ -321,9 +326,11 @@ class Deliveries:
                 copied.status == FileStatus.DELETED or not (
                     copied.location and self.storage.exists(copied.location))):
             # settled as backfilled, its move or delete cut short: made now
+            self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
             self._settle_copy(info.path, copied.location, copied.status)
             return None
-        if copied is not None:  # kept in landing (clean_source: off), or landed again
+        if copied is not None:  # kept in landing (clean_source: off, a refused move), or
+            # landed again
             self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
             if copied.status != FileStatus.INGESTED:
                 self.log.warning("bronze.file.already_ingested", path=info.path,
@@ -489,14 +496,27 @@ class Deliveries:
                              backfilled_from=earlier.path, batch_id=earlier.batch_id,
                              settled=status.value)
         append(ledger_frame(self.spark, rows), self.ledger, WRITER, REDELIVERY_BATCH)
-        for row in rows:
+        for (info, _), row in zip(copies, rows, strict=True):
+            # never read by landing, moved or not (a refused move: the next run moves it)
+            self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
             self._settle_copy(row["path"], row["location"], row["status"])
+
+    def _pending(self) -> set[str]:
+        """The files of the batches the query replays (planned before a restart): theirs to
+        read, whatever a backfill read since."""
+        files: set[str] = set()
+        for batch_id in self.replayable:
+            files |= {from_uri(p) for p in batch_source_files(self.checkpoint, batch_id,
+                                                              storage=self.storage)}
+        return files
 
     def _settle_copy(self, path: str, location: str | None, status: str) -> None:
         """Archive or delete a landing file settled as backfilled (its row is in)."""
         try:
             if status == FileStatus.ARCHIVED and location:
-                self.storage.try_move(path, location)
+                if not self.storage.try_move(path, location) and self.storage.exists(path):
+                    self.log.warning("bronze.file.redelivery_unsettled", path=path,
+                                     target=location, error="the target exists")
             elif status == FileStatus.DELETED:
                 self.storage.delete(path)
         except StorageError as exc:  # its row names the target: the next run settles it

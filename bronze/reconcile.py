@@ -192,7 +192,8 @@ class Reconciler:
         """Every ledger row of the committed batches (not in ``skip``) that have a file in a
         ``pending`` status, by batch."""
         ledger = self.spark.read.format("delta").load(self.ledger)
-        ledger = ledger.where((F.col("batch_id") <= committed)
+        # (not partition -1: deliveries settled at a run's start, never by a batch)
+        ledger = ledger.where((F.col("batch_id") >= 0) & (F.col("batch_id") <= committed)
                               & ~F.col("batch_id").isin(list(skip)))
         ids = [r["batch_id"] for r in ledger.where(F.col("status").isin(sorted(pending)))
                .select("batch_id").distinct().collect()]

@@ -235,10 +235,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from framework.config.loader import load_checked
 
     project, problems = load_checked(args.conf, args.env)
+    lake = None
     if project is not None and not args.no_spark:
         from framework.sqlcheck import parser_session, sql_problems
 
-        problems += sql_problems(parser_session(project.env), project)
+        # the lake's session first, when it has tables (a bare parser session would be the
+        # one every later getOrCreate returns, without Delta)
+        lake = _lake_session(project)
+        problems += sql_problems(lake or parser_session(project.env), project)
     if problems:
         raise ConfigValidationError(problems)
     assert project is not None
@@ -253,25 +257,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for t in project.tables:
         for advice in t.spec.advise(t, project):
             print(f"warning: {t.source_file}: {advice}")
-    if not args.no_spark:
-        _warn_stale(project)
+    if lake is not None:
+        _warn_stale(lake, project)
     return EXIT_OK
 
 
-def _warn_stale(project: ProjectConfig) -> None:
-    """A warning for each table whose rows were written under spec parts that changed since
-    (read from the lake, when it has tables), naming the refresh that recomputes them."""
+def _lake_session(project: ProjectConfig) -> Any:
+    """The environment's session when its lake has tables (None without, or while another
+    command holds the lake: said in a note)."""
     from framework.errors import LakeInUseError
-    from framework.staleness import refresh_command, stale_tables
 
     tables = project.env.path("tables")
     if not storage_of(project, tables, "medallion validate").exists(tables):
-        return
+        return None
     try:
-        spark = spark_for(project, "medallion validate")
+        return spark_for(project, "medallion validate")
     except LakeInUseError as exc:
         print(f"note: rows written under an earlier spec were not looked for: {exc}")
-        return
+        return None
+
+
+def _warn_stale(spark: Any, project: ProjectConfig) -> None:
+    """A warning for each table whose rows were written under spec parts that changed since,
+    naming the refresh that recomputes them."""
+    from framework.staleness import refresh_command, stale_tables
+
     for t, changes in stale_tables(spark, project):
         print(f"warning: {t.source_file}: rows of {t.full_name} were written under another "
               f"spec: {'; '.join(c.describe() for c in changes)}. Only a refresh recomputes "
