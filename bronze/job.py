@@ -226,7 +226,7 @@ class BronzeJob(StreamingJob):
                     continue
                 assert records.frame is not None
                 notes = records.notes
-                split = split_batch(with_file_columns(records.frame), self.table.name,
+                split = split_batch(self._file_columns(records.frame), self.table.name,
                                     batch_id, rescued=self.spec.rescued_column)
                 metrics = self._write_batch(split, batch_id, readable, replayed, seconds, checks)
                 break
@@ -264,6 +264,10 @@ class BronzeJob(StreamingJob):
                  failed_files=counts.failed_files, rescued_rows=counts.rescued,
                  ignored_column_rows=counts.ignored, seconds=dict(counts.seconds),
                  **({"file_notes": notes} if notes else {}))
+
+    def _file_columns(self, frame: DataFrame) -> DataFrame:
+        """The records with their file's columns (:func:`with_file_columns`)."""
+        return with_file_columns(frame)
 
     def _source_files(self, batch_id: int) -> dict[str, int]:
         """The files Spark's file source planned for the batch (URI -> modification time in

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from framework.job import Job, RunContext
+
 
 def _job(spec: TableSpec) -> JobFactory:
     if isinstance(spec, StreamTableSpec):
@@ -25,7 +27,14 @@ def _job(spec: TableSpec) -> JobFactory:
         return StreamBronzeJob
     from bronze.job import BronzeJob
 
-    return BronzeJob
+    def job(spark: SparkSession, table: Table, ctx: RunContext) -> Job:
+        if ctx.operation is not None:  # a refresh: the feed's batches read again
+            from bronze.replay import BronzeReplayJob
+
+            return BronzeReplayJob(spark, table, ctx)
+        return BronzeJob(spark, table, ctx)
+
+    return job
 
 
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],

@@ -5,15 +5,28 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
 from bronze.cdc import CdcSpec, cdc_problems
-from framework.config.model import Layer, ProjectConfig, SqlKind, SqlText, Table, TableSpec
+from framework.config.model import (
+    Layer,
+    ProjectConfig,
+    Rebuild,
+    RebuildMethod,
+    SqlKind,
+    SqlText,
+    Table,
+    TableSpec,
+)
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
 from framework.storage import local_path
+
+# The ledger statuses (bronze.ledger.FileStatus) of a file whose rows are in bronze and that
+# is still there to read again: in landing, or archived.
+READ_STATUSES = ("ingested", "archived")
 
 
 class SourceFormat(StrEnum):
@@ -122,11 +135,35 @@ class BronzeTableSpec(TableSpec):
     def backlog_path(self, table: Table) -> str | None:
         return self.landing(table)
 
-    def rebuild_refusal(self, table: Table) -> str | None:
-        return ("a bronze table is rebuilt from the files it was fed: stop its runs, move its "
-                "checkpoint aside, empty it and its _quarantine and _files tables, move its "
-                "archived files back into landing, and run; then 'medallion refresh' the "
-                "tables downstream of it")
+    def rebuild(self, table: Table) -> Rebuild:
+        """Its table and quarantine emptied, its checkpoint and ledger kept: the batches of
+        the ledger read again from their files (:mod:`bronze.replay`)."""
+        return Rebuild(RebuildMethod.REPLAY, (table.location,
+                                              table.companion_location("quarantine")))
+
+    def rebuild_problem(self, spark: Any, table: Table) -> str | None:
+        """Some file it ingested is gone: deleted after ingestion (``clean_source:
+        delete``), or purged from the archive (its ledger rows say where each file is)."""
+        from pyspark.sql import functions as F
+
+        from framework.storage import storage_for
+
+        if self.source.clean_source is CleanSource.DELETE:
+            return ("its files were deleted after ingestion (clean_source: delete): there is "
+                    "nothing to read it again from")
+        ledger = table.companion_location("files")
+        store = storage_for(table.location, table.env, spark)
+        if not store.exists(f"{ledger}/_delta_log"):
+            return None
+        rows = spark.read.format("delta").load(ledger).where(
+            (F.col("batch_id") >= 0) & F.col("status").isin(*READ_STATUSES)
+            & (F.col("rows") > 0)).select("location").collect()
+        wanted = [r["location"] for r in rows if r["location"]]
+        gone = [p for p in wanted if not store.exists(p)]
+        if gone:
+            return (f"{len(gone)} of the {len(wanted)} files it ingested are not where its "
+                    f"ledger says (purged from the archive?), e.g. {gone[0]}")
+        return None
 
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)

@@ -211,14 +211,17 @@ def append(df: DataFrame, location: str, writer_id: str, batch_id: int) -> None:
         "userMetadata", f"{writer_id}:{batch_id}").save(location)
 
 
-def replace_rows(df: DataFrame, location: str, where: str) -> None:
+def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = None) -> None:
     """Replace the rows matching ``where`` in the Delta table at ``location`` with ``df``, in
     one commit (``replaceWhere``); every row of ``df`` must match ``where``.
 
     On a predicate over the table's partition columns Delta drops the matching files without
     reading them, which makes this the cheapest update of a whole partition: a MERGE of the
     same rows scans the table for matches and rewrites what it touched, a dozen Spark jobs."""
-    df.write.format("delta").mode("overwrite").option("replaceWhere", where).save(location)
+    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", where)
+    if tag:  # (a writer's batch, as append tags it: batch_commit finds it)
+        writer = writer.option("userMetadata", tag)
+    writer.save(location)
 
 
 def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,

@@ -15,6 +15,11 @@ too) takes these steps, in the tables' flow order, each recorded in the lake's j
 4. ``rebuilt``: the tables run (availableNow) from their new checkpoints;
 5. ``done``: the journal closed, the old checkpoints deleted.
 
+A table whose spec says to rebuild it by replaying what it was fed (``RebuildMethod.REPLAY``:
+a bronze feed of files, :mod:`bronze.replay`) keeps its checkpoint; it is emptied, and its job
+in the rebuild, told by the run's ``operation``, reads its batches again. A table that cannot
+be rebuilt now (its files purged) is refused at the plan, before anything is emptied.
+
 **Killed at any step, a refresh is completed**, never rolled back, by the next ``medallion
 refresh`` or ``medallion run``, which reads the journal before anything else: the steps from
 the last one recorded on are taken again, and each is safe to take twice (a checkpoint already
@@ -151,6 +156,11 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
         if why:
             raise UsageError(f"expected every table downstream to be one refresh can rebuild, "
                              f"found {table.full_name}: {why}")
+    for table in tables:
+        why = table.spec.rebuild_problem(spark, table)
+        if why:
+            raise UsageError(f"expected {table.full_name} to be one refresh can rebuild, "
+                             f"found that {why}")
     planned = []
     for table in tables:
         rebuild = table.spec.rebuild(table)

@@ -19,7 +19,7 @@ from framework.journal import Journal, JournalState
 from framework.refresh import Refresh, plan_refresh
 from framework.runner import run_tables
 from framework.storage import LocalStorage
-from tests.support import Lakehouse, bronze_spec, order, run_history, write_json_lines
+from tests.support import CliRun, Lakehouse, bronze_spec, order, run_history, write_json_lines
 
 AMOUNT = "quantity * 2"
 GOLD = {"description": "amounts per customer and day", "source": "orders",
@@ -109,10 +109,11 @@ def test_a_changed_silver_expression_refreshed_downstream_equals_a_fresh_lake(
     before = version(spark, a, "silver", "orders")
     capsys.readouterr()
 
-    # validate names the stale rows and the command; gold's own spec is unchanged
-    assert cli(a, "validate") == 0
-    warned = [line for line in capsys.readouterr().out.splitlines()
-              if line.startswith("warning:")]
+    # validate (a process of its own, as a person runs it) names the stale rows and the
+    # command; gold's own spec is unchanged
+    code, out = CliRun(["validate"], a.cli_env()).finish()
+    assert code == 0, out
+    warned = [line for line in out.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1, warned
     assert f"{a.schemas['silver']}.orders were written under another spec" in \
         warned[0]
@@ -240,3 +241,59 @@ def test_a_refresh_whose_rebuild_fails_stays_open_and_is_completed_once_fixed(
     assert cli(a, "run", "all") == 0
     assert_same_tables(spark, a, fresh)
     assert closed_states(a)[-1] is JournalState.DONE
+
+
+def test_a_bronze_refresh_from_the_archive_gives_the_same_rows(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = lake(tmp_path / "a")
+    landing = a.path("landing", "orders")
+    assert cli(a, "run", "all") == 0
+    # a second delivery: a malformed line (quarantined) and an empty file (failed)
+    write_json_lines(landing / "part-3.json", [order(i) for i in range(40, 45)],
+                     extra_lines=["{not json"])
+    (landing / "part-4.json").write_bytes(b"")
+    assert cli(a, "run", "all") == 0
+
+    def table(name: str, drop: tuple[str, ...] = ("_ingested_at",)) -> DataFrame:
+        df = delta(spark, a, "bronze", name)
+        return df.select(*[c for c in df.columns if c not in drop])
+
+    ledger_drop = ("ingested_at", "updated_at", "ingestion")
+    before = {"orders": table("orders").collect(),
+              "orders_quarantine": table("orders_quarantine").collect(),
+              "orders_files": table("orders_files", ledger_drop).collect()}
+    silver_before = delta(spark, a, "silver", "orders").drop("_batch_id").collect()
+    assert len(before["orders_quarantine"]) == 1
+    assert sorted(r["status"] for r in before["orders_files"]) == [
+        "archived", "archived", "archived", "archived", "quarantined"]
+    capsys.readouterr()
+
+    assert cli(a, "refresh", "bronze.orders") == 2  # silver reads it
+    assert "--downstream" in capsys.readouterr().err
+    assert cli(a, "refresh", "bronze.orders", "--downstream") == 0
+    for name, rows in before.items():
+        now = table(name, ledger_drop if name == "orders_files" else ("_ingested_at",))
+        assert_df_equality(now, spark.createDataFrame(rows, now.schema), ignore_row_order=True,
+                           ignore_nullable=True)
+    assert sorted(str(r["ingestion"]) for r in delta(spark, a, "bronze", "orders_files")
+                  .collect()) == ["None", "refresh", "refresh", "refresh", "refresh"]
+    after = delta(spark, a, "silver", "orders").drop("_batch_id")
+    assert_df_equality(after, spark.createDataFrame(silver_before, after.schema),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert closed_states(a)[-1] is JournalState.DONE
+    # the archive was read, not moved; the landing feed goes on after its last batch
+    assert sorted(p.name for p in (a.root / "archive" / "orders").rglob("part-*.json")) == [
+        "part-0.json", "part-1.json", "part-2.json", "part-3.json"]
+    write_json_lines(landing / "part-5.json", [order(i) for i in range(50, 55)])
+    assert cli(a, "run", "all") == 0
+    assert delta(spark, a, "bronze", "orders").count() == len(before["orders"]) + 5
+    assert delta(spark, a, "bronze", "orders").where("_batch_id = 2").count() == 5
+
+    # a feed whose archive lost a file is refused before anything is emptied
+    next(iter((a.root / "archive" / "orders").rglob("part-0.json"))).unlink()
+    version_before = version(spark, a, "bronze", "orders")
+    capsys.readouterr()
+    assert cli(a, "refresh", "bronze.orders", "--downstream") == 2
+    assert "purged from the archive?" in capsys.readouterr().err
+    assert version(spark, a, "bronze", "orders") == version_before

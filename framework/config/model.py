@@ -283,6 +283,9 @@ class RebuildMethod(StrEnum):
     STREAM = "stream"
     # its table emptied and its build-state property removed: the next build is a whole one
     WHOLE = "whole"
+    # its tables emptied, its checkpoint kept: its job reads what it was fed again, batch by
+    # batch (a bronze feed's files, from the archive)
+    REPLAY = "replay"
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,12 @@ class TableSpec(Model):
 
     def rebuild_refusal(self, table: Table) -> str | None:
         """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
+        return None
+
+    def rebuild_problem(self, spark: Any, table: Table) -> str | None:
+        """Why ``medallion refresh`` cannot rebuild the table now, found in the lake (what it
+        would be rebuilt from is gone), before anything is emptied; None: it can. None by
+        default."""
         return None
 
     def stale_parts(self) -> dict[str, str]:
