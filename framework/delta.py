@@ -105,7 +105,7 @@ def create_table(
     EXISTS`` on an existing Delta table still loads its log, which costs far more.
     """
     replace = rebuild and is_delta_table(spark, location) \
-        and _other_layout(spark, location, schema, partition_by) \
+        and _other_layout(spark, location, schema, partition_by, cluster_by) \
         and spark.read.format("delta").load(location).isEmpty()
     if not replace and spark.catalog.tableExists(name):
         return False
@@ -128,16 +128,23 @@ def create_table(
 
 
 def _other_layout(spark: SparkSession, location: str, schema: StructType,
-                  partition_by: Sequence[str]) -> bool:
-    """Whether the Delta table at ``location`` has other columns (names and types, in order)
-    or another partitioning than asked."""
+                  partition_by: Sequence[str], cluster_by: Sequence[str] = ()) -> bool:
+    """Whether the Delta table at ``location`` has other columns (names and types, in order),
+    another partitioning or other clustering columns than asked."""
     have = spark.read.format("delta").load(location).schema
     if [(f.name.lower(), f.dataType.simpleString()) for f in have.fields] != \
             [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]:
         return True
-    detail = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").first()
-    return detail is not None and [c.lower() for c in detail["partitionColumns"]] != \
-        [c.lower() for c in partition_by]
+    row = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").first()
+    if row is None:
+        return False
+    detail = row.asDict()
+
+    def lower(names: Sequence[str] | None) -> list[str]:
+        return [c.lower() for c in names or []]
+
+    return lower(detail["partitionColumns"]) != lower(partition_by) or \
+        lower(detail.get("clusteringColumns")) != lower(cluster_by)
 
 
 def add_missing_columns(spark: SparkSession, location: str, schema: StructType) -> list[str]:

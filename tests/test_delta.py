@@ -108,3 +108,22 @@ def test_a_missing_path_or_a_folder_of_files_is_no_delta_table(
     assert not is_delta_table(spark, str(tmp_path / "missing"))
     assert not is_delta_table(spark, str(plain))
     assert not is_delta_table(spark, f"file:{tmp_path / 'missing'}")
+
+
+def test_a_rebuilt_empty_table_takes_the_layout_asked(spark: SparkSession,
+                                                      tmp_path: Path) -> None:
+    """A refresh empties a table, then its job makes it again with the spec's layout when it
+    differs (here its clustering only)."""
+    location = str(tmp_path / "t")
+    name = f"spark_catalog.default.rebuilt_{uuid.uuid4().hex[:8]}"
+    schema = StructType([StructField("id", LongType()), StructField("day", StringType())])
+    assert create_table(spark, name, schema, location)
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
+    # holding rows: never replaced
+    assert not create_table(spark, name, schema, location, cluster_by=["id"], rebuild=True)
+    spark.sql(f"DELETE FROM {name}")
+    assert create_table(spark, name, schema, location, cluster_by=["id"], rebuild=True)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()
+    assert detail is not None
+    assert (detail["partitionColumns"], detail["clusteringColumns"]) == ([], ["id"])
+    assert not create_table(spark, name, schema, location, cluster_by=["id"], rebuild=True)
