@@ -143,11 +143,12 @@ def batch_row(*, run_id: str, table: str, layer: str, query_id: str | None, trig
                 **{k: figures.get(k) for k in FIGURES if k != "rows_in"})
 
 
-def recovered_rows(table: str, layer: str, query_id: str,
-                   committed: Mapping[int, int]) -> list[dict[str, Any]]:
-    """The rows of committed batches (id -> commit time in ms) whose own rows were lost."""
+def recovered_rows(table: str, layer: str, query_id: str, committed: Mapping[int, int],
+                   operation: str | None = None) -> list[dict[str, Any]]:
+    """The rows of committed batches (id -> commit time in ms) whose own rows were lost;
+    ``operation``: the refresh the run recovering them completes (its rebuild wrote them)."""
     return [_row(table=table, layer=layer, query_id=query_id, batch_id=b,
-                 status=BatchStatus.RECOVERED,
+                 status=BatchStatus.RECOVERED, operation=operation,
                  ended_at=datetime.fromtimestamp(ms / 1000, UTC) if ms else None)
             for b, ms in sorted(committed.items())]
 
@@ -279,7 +280,7 @@ class BatchRecorder(ClientOnly):
                     missing = {b: ms for b, ms in unmarked.items() if b not in recorded}
                     if missing:
                         self.history.append(recovered_rows(self.table, self.layer, query_id,
-                                                           missing))
+                                                           missing, self.operation))
                     self._mark(max(committed))
                 self._marking = self.checkpoint is not None
         except Exception as exc:

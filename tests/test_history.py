@@ -20,9 +20,10 @@ from framework.job import RunContext, RunStatus, TableRunSummary
 from tests.support import Lakehouse, bronze_spec, order, run_history, write_json_lines
 
 
-def _run(spark: SparkSession, lakehouse: Lakehouse) -> tuple[TableRunSummary, str]:
+def _run(spark: SparkSession, lakehouse: Lakehouse, operation: str | None = None
+         ) -> tuple[TableRunSummary, str]:
     table = lakehouse.project().table("orders", Layer.BRONZE)
-    ctx = RunContext()
+    ctx = RunContext(operation=operation)
     summary = BronzeJob(spark, table, ctx).run()
     assert summary.status is RunStatus.SUCCEEDED, summary.error
     return summary, ctx.run_id
@@ -71,12 +72,13 @@ def test_one_row_per_batch_with_the_summary_counts_and_lost_rows_recovered(
         mark.unlink()
     mark_recorded(checkpoint, 0)
     write_json_lines(landing / "part-3.json", [order(100 + i) for i in range(5)])
-    summary, second = _run(spark, lakehouse)
+    # (the start that recovers them completes an operation, whose rebuild wrote them)
+    summary, second = _run(spark, lakehouse, operation="r-1")
 
     rows = run_history(spark, lakehouse, name)
-    assert [(r["batch_id"], r["status"], r["run_id"]) for r in rows] == [
-        (0, "committed", run_id), (1, "recovered", None), (2, "recovered", None),
-        (3, "committed", second)]
+    assert [(r["batch_id"], r["status"], r["run_id"], r["operation"]) for r in rows] == [
+        (0, "committed", run_id, None), (1, "recovered", None, "r-1"),
+        (2, "recovered", None, "r-1"), (3, "committed", second, "r-1")]
     assert rows[1]["rows_in"] is None and rows[1]["ended_at"] is not None
     assert rows[3]["rows_in"] == summary.rows_in == 5
     assert {r["query_id"] for r in rows} == {query}
