@@ -311,7 +311,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     from framework.job import RunContext, RunStatus, StopSignal
-    from framework.journal import Journal
     from framework.refresh import Refresh, finish_open, plan_refresh
     from framework.runner import run_tables
 
@@ -337,7 +336,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         print(summary.render())
     if summary.status is RunStatus.FAILED:
         return EXIT_FAILED
-    done = not Journal(refresh.store, project.env.root).records()
+    done = not refresh.journal.records()
     print("refresh done" if done else "refresh stopped: the next 'medallion run' or "
           "'medallion refresh' completes it")
     return EXIT_OK

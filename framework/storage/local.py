@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 from framework.errors import StorageError
@@ -56,15 +56,9 @@ class LocalStorage:
         return True
 
     def delete(self, path: str) -> None:
-        try:
-            if os.path.isdir(local_path(path)):  # an empty folder, as Hadoop's delete takes
-                os.rmdir(local_path(path))
-            else:
-                os.remove(local_path(path))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StorageError(f"cannot delete {local_path(path)}: {exc}") from exc
+        p = local_path(path)
+        # an empty folder, as Hadoop's delete takes
+        _deleting(p, lambda: os.rmdir(p) if os.path.isdir(p) else os.remove(p))
 
     def move_folder(self, src: str, dst: str) -> None:
         s = local_path(src)
@@ -73,12 +67,8 @@ class LocalStorage:
         self.move(src, dst)
 
     def delete_folder(self, path: str) -> None:
-        try:
-            shutil.rmtree(local_path(path))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StorageError(f"cannot delete {local_path(path)}: {exc}") from exc
+        p = local_path(path)
+        _deleting(p, lambda: shutil.rmtree(p))
 
     def list_files(self, path: str) -> Iterator[FileInfo]:
         base = local_path(path)
@@ -135,3 +125,13 @@ def _same_device(src: str, dst: str) -> bool:
     except OSError:
         return False
 
+
+def _deleting(path: str, delete: Callable[[], None]) -> None:
+    """``delete()``, the deletion of ``path``: one already gone is no error, another failure
+    a :class:`StorageError`."""
+    try:
+        delete()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot delete {path}: {exc}") from exc
