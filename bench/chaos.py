@@ -117,7 +117,7 @@ class Phase:
     first: int = 1  # the first delivery in which it can open
     once: bool = False  # it opens once per delivery (a file's event, not a batch's)
     faults: bool = False  # it opens only on a store that refuses operations (--faults)
-    refresh: bool = False  # it opens in a refresh (--refresh), and only there
+    op: str = ""  # it opens in this operation only (--refresh, --backfill)
 
 
 PHASES = [  # in the pipeline's order
@@ -145,13 +145,21 @@ PHASES = [  # in the pipeline's order
     Phase("mart-rewrite", "gold.mart.writing", 1.0, needs=("regional_sales", "segment_sales")),
     Phase("anywhere", None, 0.0),
     # --refresh: the refresh's own steps, and its rebuild
-    Phase("refresh-begun", "journal.begun", 0.3, refresh=True),
-    Phase("refresh-set-aside", "refresh.checkpoint.moved", 0.2, refresh=True),
-    Phase("refresh-reset", "refresh.table.resetting", 0.4, refresh=True),
-    Phase("refresh-silver", "silver.batch.committed", 1.0, "orders", refresh=True),
-    Phase("refresh-gold", "gold.batch.merging", 1.0, "store_sales", refresh=True),
-    Phase("refresh-mart", "gold.mart.writing", 1.0, refresh=True),
-    Phase("refresh-finishing", "refresh.finishing", 0.3, refresh=True),
+    Phase("refresh-begun", "journal.begun", 0.3, op="refresh"),
+    Phase("refresh-set-aside", "refresh.checkpoint.moved", 0.2, op="refresh"),
+    Phase("refresh-reset", "refresh.table.resetting", 0.4, op="refresh"),
+    Phase("refresh-silver", "silver.batch.committed", 1.0, "orders", op="refresh"),
+    Phase("refresh-gold", "gold.batch.merging", 1.0, "store_sales", op="refresh"),
+    Phase("refresh-mart", "gold.mart.writing", 1.0, op="refresh"),
+    Phase("refresh-finishing", "refresh.finishing", 0.3, op="refresh"),
+    Phase("refresh-replay", "bronze.replay.batch.started", 1.0, "orders", op="refresh-bronze"),
+    Phase("refresh-replay-ledger", "bronze.replay.ledger.replacing", 0.3, "orders",
+          op="refresh-bronze"),
+    # --backfill: the backfill's query, and the next run settling landing copies of its files
+    Phase("backfill-start", "stream.query.started", 0.6, "orders", op="backfill"),
+    Phase("backfill-batch", "bronze.batch.started", 1.5, "orders", op="backfill"),
+    Phase("backfill-ledger", "bronze.batch.appended", 0.4, "orders", op="backfill"),
+    Phase("backfill-landing", "bronze.file.backfilled_earlier", 0.3, "orders", op="backfill"),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
 # A delivery takes a moment drawn over the clean run first, while the whole delivery is left
@@ -480,7 +488,7 @@ def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | Non
     that open with ``tables``, when given, and with ``faults``)."""
     phases: list[str] = []
     while len(phases) < kills + terms:
-        deck = [p.name for p in PHASES if (faults or not p.faults) and not p.refresh
+        deck = [p.name for p in PHASES if (faults or not p.faults) and not p.op
                 and (tables is None or not p.needs or tables & set(p.needs))]
         rng.shuffle(deck)
         phases += deck
@@ -511,17 +519,18 @@ def schedule(pending: list[Interruption], delivery: int) -> tuple[list[Interrupt
 AMOUNT, NEW_AMOUNT = "quantity * unit_price", "round(quantity * unit_price * 1.1, 2)"
 
 
-def refresh_interruptions(rng: random.Random, kills: int, terms: int,
-                          phases: str | None) -> list[Interruption]:
-    """The refresh's interruptions: ``phases`` (kills), or ``kills`` SIGKILLs and ``terms``
-    SIGTERMs dealt from shuffled decks of the refresh's phases."""
+def op_interruptions(rng: random.Random, op: str, kills: int, terms: int,
+                     phases: str | None) -> list[Interruption]:
+    """An operation's interruptions: ``phases`` (kills), or ``kills`` SIGKILLs and ``terms``
+    SIGTERMs dealt from shuffled decks of the operation's phases."""
     if phases:
         names = phases.split(",")
         signals = ["KILL"] * len(names)
     else:
         names = []
         while len(names) < kills + terms:
-            deck = [p.name for p in PHASES if p.refresh]
+            deck = [p.name for p in PHASES if p.op == op
+                    or (op == "refresh-bronze" and p.op == "refresh")]
             rng.shuffle(deck)
             names += deck
         names = names[:kills + terms]
@@ -558,6 +567,83 @@ def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
               f"after {step.after or '(no event yet)'}: {step.outcome}", flush=True)
     run_through(work, chaos)
     return restarts + 1
+
+
+# ---------------------------------------------------------------------------------- backfill
+ORDER_ID = re.compile(r'("order_id"\s*:\s*")')
+
+
+def make_history(feed: Path, hist: Path) -> list[Path]:
+    """A historical folder of orders beside the feed's: each order file of the feed again
+    under ``h-<name>`` with new order ids (``h`` before each), a day apart, plus two of the
+    feed's files as they are, under their names (the landing feed ingested them: a backfill
+    leaves them out). Returns the ``h-`` files."""
+    hist.mkdir(parents=True, exist_ok=True)
+    orders = sorted((feed / "landing" / "orders").glob("*.json"))
+    made = []
+    start = time.time() - 400 * 86_400
+    for i, path in enumerate(orders):
+        target = hist / f"h-{path.name}"
+        target.write_text(ORDER_ID.sub(r"\1h", path.read_text()))
+        os.utime(target, (start + i * 86_400, start + i * 86_400))
+        made.append(target)
+    for path in orders[:2]:
+        shutil.copy2(path, hist / path.name)
+    return made
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def backfill_under_kills(work: Path, clean: Lake, chaos: Lake, feed: Path,
+                         steps: list[Interruption], done: list[Interruption]
+                         ) -> tuple[int, list[str]]:
+    """A historical folder backfilled into bronze.orders: the clean root once, the chaos root
+    interrupted at each of ``steps`` in the backfill (each restart a backfill), then run to
+    its end; then, for each ``backfill-landing`` step, two of the folder's files landed in
+    both roots (the same names and bytes), the clean root run, the chaos root's run
+    interrupted as it settles them. A last run settles the chaos root. Returns the restarts
+    and what is wrong with the folder (it must be untouched)."""
+    hist = work / "history"
+    copies = make_history(feed, hist)
+    before = folder_state(hist)
+    backfill = ("backfill", "orders", "--from", str(hist), "--max-files", "5")
+    duration = run_through(work, clean, command=backfill)
+    run_through(work, clean)
+    print(f"backfill of {len(before)} files: clean {duration:.1f} s, {len(steps)} "
+          f"interruptions", flush=True)
+    restarts = 0
+    ordered = [s for s in steps if s.phase != "backfill-landing"] + \
+        [s for s in steps if s.phase == "backfill-landing"]
+    finished = False
+    for step in ordered:
+        landing = step.phase == "backfill-landing"
+        if landing and not finished:
+            run_through(work, chaos, command=backfill)
+            run_through(work, chaos)
+            restarts += 2
+            finished = True
+        if landing:
+            sent, copies = copies[:2], copies[2:]
+            deliver(sent, hist, [clean.root / "landing" / "orders",
+                                 chaos.root / "landing" / "orders"])
+            run_through(work, clean)
+        step.delivery = 0
+        interrupt(work, chaos, step, duration, RUN_ALL if landing else backfill)
+        restarts += 1
+        done.append(step)
+        print(f"  {step.signal} in {step.phase} at {step.at_s} s, after "
+              f"{step.after or '(no event yet)'}: {step.outcome}", flush=True)
+    if not finished:
+        run_through(work, chaos, command=backfill)
+        restarts += 1
+    run_through(work, chaos)
+    wrong = [] if folder_state(hist) == before else ["the historical folder changed"]
+    for line in wrong:
+        print(f"  backfill: {line}", flush=True)
+    return restarts + 1, wrong
 
 
 def journal_mismatches(root: Path) -> list[str]:
@@ -700,6 +786,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "and refresh TABLE (and downstream): the clean root once, the chaos "
                         "root killed --kills times in the refresh's phases, each restart a "
                         "refresh or a run in turn")
+    parser.add_argument("--backfill", action="store_true",
+                        help="after the deliveries, backfill a historical folder of orders "
+                        "into bronze.orders: the clean root once, the chaos root killed "
+                        "--kills times in the backfill and in the runs that settle landing "
+                        "copies of its files")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -732,8 +823,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plan = make_plan(rng, args.kills, args.terms,
                      set(args.tables.split(",")) if args.tables else None, bool(args.faults))
     refresh_plan: list[Interruption] = []
-    if args.refresh:  # the deliveries in without interruptions; the refresh interrupted
-        refresh_plan = refresh_interruptions(rng, args.kills, args.terms, args.phases)
+    if args.refresh or args.backfill:  # the deliveries in without interruptions
+        op = "backfill" if args.backfill else \
+            "refresh-bronze" if args.refresh.startswith("bronze.") else "refresh"
+        refresh_plan = op_interruptions(rng, op, args.kills, args.terms, args.phases)
         plan = []
     elif args.phases:
         plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))
@@ -793,6 +886,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.refresh:
         restarts += refresh_under_kills(work, clean, chaos, args.refresh, refresh_plan, done)
         journal = journal_mismatches(chaos.root)
+    elif args.backfill:
+        more, journal = backfill_under_kills(work, clean, chaos, feed, refresh_plan, done)
+        restarts += more
     missed = pending + plan + [s for s in refresh_plan if s.outcome == "missed"]
     for step in missed:
         step.outcome = "missed"
