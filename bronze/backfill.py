@@ -46,6 +46,7 @@ from framework.config.model import Table
 from framework.errors import JobError, StorageError, UsageError
 from framework.listener import BatchProgress
 from framework.storage import from_uri, local_path
+from framework.timeslice import TimeSlice
 
 __all__ = ["BACKFILL_BASE", "Backfill", "BackfillJob", "BackfillTable"]
 
@@ -74,9 +75,7 @@ class Backfill:
 
     def takes(self, modified_ms: int) -> bool:
         """Whether a file modified at ``modified_ms`` is in the slice."""
-        since = self.since.timestamp() * 1000 if self.since else None
-        until = self.until.timestamp() * 1000 if self.until else None
-        return (since is None or modified_ms >= since) and (until is None or modified_ms < until)
+        return TimeSlice(self.since, self.until).takes(modified_ms)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 
 from bronze.spec import BronzeTableSpec, CleanSource
 from framework.commands import (
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_OK,
+    instant,
     print_table,
     project_of,
     spark_for,
@@ -83,22 +83,12 @@ def add_commands(commands: Commands) -> None:
     p.add_argument("--from", dest="folder", required=True, metavar="PATH",
                    help="the folder of files (read recursively, with the feed's "
                    "path_glob_filter)")
-    p.add_argument("--since", metavar="TIME", type=_instant,
+    p.add_argument("--since", metavar="TIME", type=instant,
                    help="only files modified at or after TIME (ISO 8601; UTC without a zone)")
-    p.add_argument("--until", metavar="TIME", type=_instant,
+    p.add_argument("--until", metavar="TIME", type=instant,
                    help="only files modified before TIME")
     p.add_argument("--max-files", type=int, default=500, metavar="N",
                    help="files per batch (default 500)")
-
-
-def _instant(text: str) -> datetime:
-    """An ISO 8601 time; UTC when it names no zone."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected an ISO 8601 time such as 2026-01-31T00:00:00, found {text!r}") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:

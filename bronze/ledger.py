@@ -33,6 +33,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from bronze.batch import BATCH_ID, SOURCE_FILE
 from bronze.checks import rows_per_file
+from bronze.spec import FileStatus
 from framework.delta import literal_rows, version_rows
 
 # The first ledger batch of backfills (bronze.backfill): no landing query reaches it.
@@ -43,16 +44,6 @@ class Ingestion(StrEnum):
     """How a file came into the ledger, besides a landing delivery (null)."""
 
     BACKFILL = "backfill"  # read in place from a historical folder (``medallion backfill``)
-
-
-class FileStatus(StrEnum):
-    """Where a landing file stands."""
-
-    INGESTED = "ingested"  # its rows are committed; the file is still in landing
-    ARCHIVED = "archived"
-    DELETED = "deleted"
-    FAILED = "failed"  # not ingested (unreadable, or no record in it parsed): see its error
-    QUARANTINED = "quarantined"  # a failed file, moved whole to the quarantine folder
 
 
 LEDGER_SCHEMA = StructType(

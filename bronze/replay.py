@@ -33,7 +33,7 @@ from bronze.batch import SOURCE_FILE, with_file_columns
 from bronze.job import BronzeJob
 from bronze.ledger import BatchCounts, ledger_frame
 from bronze.reconcile import Reconciler
-from bronze.spec import READ_STATUSES, CleanSource
+from bronze.spec import CleanSource, replayed
 from framework.delta import replace_rows
 from framework.errors import JobError
 from framework.job import Job, RunStatus, TableRunSummary
@@ -51,11 +51,6 @@ def ledger_batches(spark: Any, ledger: str) -> dict[int, list[dict[str, Any]]]:
     for row in rows:
         batches.setdefault(int(row["batch_id"]), []).append(row.asDict())
     return dict(sorted(batches.items()))
-
-
-def readable(row: dict[str, Any]) -> bool:
-    """Whether the file of a ledger row is read again: it gave rows, and is still there."""
-    return row["status"] in READ_STATUSES and bool(row["location"]) and (row["rows"] or 0) > 0
 
 
 class _Passthrough:
@@ -93,7 +88,8 @@ class BronzeReplayJob(BronzeJob):
                 self.log.warning("bronze.replay.stopped", batch_id=batch_id)
                 return RunStatus.STOPPED
             self._rows = rows
-            self._origin = {local_path(r["location"]): r["path"] for r in rows if readable(r)}
+            self._origin = {local_path(r["location"]): r["path"] for r in rows
+                            if replayed(r, self.ctx.replay_slice)}
             if not self._origin:
                 continue
             self.log.info("bronze.replay.batch.started", batch_id=batch_id,
@@ -133,7 +129,8 @@ class BronzeReplayJob(BronzeJob):
         """Replace the batch's ledger partition: the files read again with their new
         counts, as they stood otherwise; the others as they were."""
         if not committed:
-            before = {local_path(r["location"]): r for r in self._rows if readable(r)}
+            before = {local_path(r["location"]): r for r in self._rows
+                      if local_path(r["location"] or "") in self._origin}
             failed = [r for r in rows if r["error"]]
             if failed:  # its rows would be lost: the refresh stays open until it reads
                 raise JobError(self.table.full_name, f"batch {batch_id}",
@@ -145,7 +142,7 @@ class BronzeReplayJob(BronzeJob):
                 now.append(was | {k: row[k] for k in ("rows", "good_rows", "quarantined_rows",
                                                        "notes", "ingested_at", "updated_at")}
                            | {"ingestion": REFRESH})
-            kept = [r for r in self._rows if not readable(r)]
+            kept = [r for r in self._rows if local_path(r["location"] or "") not in self._origin]
             self.log.info("bronze.replay.ledger.replacing", batch_id=batch_id, files=len(now))
             replace_rows(ledger_frame(self.spark, [*now, *kept]),
                          self.locations[self.ledger_table], f"batch_id = {batch_id}",

@@ -23,10 +23,31 @@ from framework.config.model import (
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
 from framework.storage import local_path
+from framework.timeslice import TimeSlice
 
-# The ledger statuses (bronze.ledger.FileStatus) of a file whose rows are in bronze and that
-# is still there to read again: in landing, or archived.
-READ_STATUSES = ("ingested", "archived")
+
+class FileStatus(StrEnum):
+    """Where a landing file stands."""
+
+    INGESTED = "ingested"  # its rows are committed; the file is still in landing
+    ARCHIVED = "archived"
+    DELETED = "deleted"
+    FAILED = "failed"  # not ingested (unreadable, or no record in it parsed): see its error
+    QUARANTINED = "quarantined"  # a failed file, moved whole to the quarantine folder
+
+
+# The ledger statuses of a file whose rows are in bronze and that is still there to read
+# again: in landing, or archived.
+READ_STATUSES = (FileStatus.INGESTED, FileStatus.ARCHIVED)
+
+
+def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool:
+    """Whether a refresh reads the file of a ledger row again: it gave rows and is still
+    there to read (in landing, or archived), and was delivered in ``replay_slice`` (by its
+    modification time) when one is given."""
+    if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
+        return False
+    return replay_slice is None or replay_slice.takes(row["modification_time"].timestamp() * 1000)
 
 
 class SourceFormat(StrEnum):
@@ -141,29 +162,47 @@ class BronzeTableSpec(TableSpec):
         return Rebuild(RebuildMethod.REPLAY, (table.location,
                                               table.companion_location("quarantine")))
 
-    def rebuild_problem(self, spark: Any, table: Table) -> str | None:
-        """Some file it ingested is gone: deleted after ingestion (``clean_source:
-        delete``), or purged from the archive (its ledger rows say where each file is)."""
-        from pyspark.sql import functions as F
-
+    def rebuild_problem(self, spark: Any, table: Table,
+                        replay_slice: TimeSlice | None = None) -> str | None:
+        """Some file it ingested (in ``replay_slice``, when given) is gone: deleted after
+        ingestion (``clean_source: delete``), or purged from the archive (its ledger rows say
+        where each file is)."""
         from framework.storage import storage_for
 
         if self.source.clean_source is CleanSource.DELETE:
             return ("its files were deleted after ingestion (clean_source: delete): there is "
                     "nothing to read it again from")
-        ledger = table.companion_location("files")
         store = storage_for(table.location, table.env, spark)
-        if not store.exists(f"{ledger}/_delta_log"):
-            return None
-        rows = spark.read.format("delta").load(ledger).where(
-            (F.col("batch_id") >= 0) & F.col("status").isin(*READ_STATUSES)
-            & (F.col("rows") > 0)).select("location").collect()
-        wanted = [r["location"] for r in rows if r["location"]]
+        wanted = [r["location"] for r in self._replayed(spark, table, replay_slice)]
         gone = [p for p in wanted if not store.exists(p)]
         if gone:
             return (f"{len(gone)} of the {len(wanted)} files it ingested are not where its "
                     f"ledger says (purged from the archive?), e.g. {gone[0]}")
         return None
+
+    def replay_where(self, spark: Any, table: Table, replay_slice: TimeSlice) -> str | None:
+        """The rows of the files delivered in the slice (by batch and ``_source_file``, as
+        a file delivered again under its name is another batch's), in bronze and its
+        quarantine."""
+        from framework.delta import sql_string
+
+        files: dict[int, list[str]] = {}
+        for row in self._replayed(spark, table, replay_slice):
+            files.setdefault(int(row["batch_id"]), []).append(row["path"])
+        return " OR ".join(
+            f"(_batch_id = {batch} AND _source_file IN ({', '.join(map(sql_string, paths))}))"
+            for batch, paths in sorted(files.items())) or None
+
+    def _replayed(self, spark: Any, table: Table,
+                  replay_slice: TimeSlice | None) -> list[dict[str, Any]]:
+        """The ledger rows of the files a refresh reads again (:func:`replayed`)."""
+        from framework.delta import is_delta_table
+
+        ledger = table.companion_location("files")
+        if not is_delta_table(spark, ledger):
+            return []
+        rows = spark.read.format("delta").load(ledger).where("batch_id >= 0").collect()
+        return [r.asDict() for r in rows if replayed(r.asDict(), replay_slice)]
 
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)

@@ -24,6 +24,7 @@ from framework.commands import (
     Commands,
     common_options,
     installed_commands,
+    instant,
     lake_run_id,
     print_table,
     project_of,
@@ -101,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refresh every table that reads them too (without it, a refresh "
                    "that would leave such tables stale is refused)")
     p.add_argument("--dry-run", action="store_true", help="print the plan only")
+    p.add_argument("--since", metavar="TIME", type=instant,
+                   help="a bronze feed: only the files delivered (modified) at or after TIME "
+                   "are read again, and only their rows replaced (ISO 8601; UTC without a zone)")
+    p.add_argument("--until", metavar="TIME", type=instant,
+                   help="a bronze feed: only the files delivered before TIME")
     p.set_defaults(handler=cmd_refresh)
 
     p = sub.add_parser("status", parents=[common], help="tables, row counts, checkpoints",
@@ -313,7 +319,12 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     from framework.job import RunContext, RunStatus, StopSignal
     from framework.refresh import Refresh, finish_open, plan_refresh
     from framework.runner import run_tables
+    from framework.timeslice import TimeSlice
 
+    if args.since and args.until and args.since >= args.until:
+        raise UsageError(f"expected --since before --until, found {args.since.isoformat()} "
+                         f"and {args.until.isoformat()}")
+    replay_slice = TimeSlice(args.since, args.until) if args.since or args.until else None
     project = project_of(args)
     stop = StopSignal()
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
@@ -327,7 +338,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
                 print(f"error: {still_open}", file=sys.stderr)
                 return EXIT_FAILED
         refresh = Refresh(spark, project, ctx, run_tables)
-        plan = plan_refresh(spark, project, args.table, args.downstream)
+        plan = plan_refresh(spark, project, args.table, args.downstream, replay_slice)
         print(plan.render(), flush=True)
         if args.dry_run:
             return EXIT_OK

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,16 @@ def common_options() -> argparse.ArgumentParser:
         help="default: info; warning for the demo, whose progress lines say what happens"
     )
     return common
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 time; UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time such as 2026-01-31T00:00:00, found {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class Commands:

@@ -61,6 +61,7 @@ from framework.microbatch import (
 )
 from framework.storage import storage_for
 from framework.text import render_table
+from framework.timeslice import TimeSlice
 
 T = TypeVar("T")
 
@@ -139,6 +140,9 @@ class RunContext:
     stop: StopSignal = field(default_factory=StopSignal)
     stop_grace_seconds: float = 300.0
     operation: str | None = None  # the refresh whose tables this run rebuilds (the history's)
+    # a refresh of only what was delivered in this slice: a job that replays what it was fed
+    # (bronze) reads again only those files
+    replay_slice: TimeSlice | None = None
 
 
 @dataclass

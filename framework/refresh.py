@@ -18,7 +18,11 @@ too) takes these steps, in the tables' flow order, each recorded in the lake's j
 A table whose spec says to rebuild it by replaying what it was fed (``RebuildMethod.REPLAY``:
 a bronze feed of files, :mod:`bronze.replay`) keeps its checkpoint; it is emptied, and its job
 in the rebuild, told by the run's ``operation``, reads its batches again. A table that cannot
-be rebuilt now (its files purged) is refused at the plan, before anything is emptied.
+be rebuilt now (its files purged) is refused at the plan, before anything is emptied. With a
+``--since``/``--until`` slice (bronze feeds only), the plan holds the predicate of the rows of
+the files delivered in it (:meth:`TableSpec.replay_where
+<framework.config.model.TableSpec.replay_where>`): the reset deletes those rows alone, the job
+reads those files alone, and the tables downstream are rebuilt whole as always.
 
 **Killed at any step, a refresh is completed**, never rolled back, by the next ``medallion
 refresh`` or ``medallion run``, which reads the journal before anything else: the steps from
@@ -54,6 +58,7 @@ from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.logging import get_logger
 from framework.staleness import SPEC_WRITTEN
 from framework.storage import Storage, storage_for
+from framework.timeslice import TimeSlice
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class PlannedTable:
     checkpoint: str | None = None
     targets: tuple[Target, ...] = ()
     properties: tuple[str, ...] = ()
+    # of a slice's replay: the rows its tables lose and get again (None: all of them)
+    where: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlannedTable:
@@ -90,14 +97,17 @@ class RefreshPlan:
 
     tables: tuple[PlannedTable, ...]
     asked: tuple[str, ...] = field(default=())
+    replay_slice: TimeSlice | None = None  # --since/--until of a bronze feed's refresh
 
     def to_json(self) -> dict[str, Any]:
-        return {"asked": list(self.asked), "tables": [asdict(t) for t in self.tables]}
+        return {"asked": list(self.asked), "tables": [asdict(t) for t in self.tables],
+                "replay_slice": self.replay_slice.to_json() if self.replay_slice else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RefreshPlan:
+        sliced = data.get("replay_slice")
         return cls(tuple(PlannedTable.from_json(t) for t in data["tables"]),
-                   tuple(data.get("asked", ())))
+                   tuple(data.get("asked", ())), TimeSlice.from_json(sliced) if sliced else None)
 
     def render(self) -> str:
         """The plan as a person reads it: a line per table, in the order they are rebuilt."""
@@ -114,6 +124,9 @@ class RefreshPlan:
                             if target.version is not None else f"{name} (none yet)")
             how = "emptied, rebuilt whole" if t.method == RebuildMethod.WHOLE.value \
                 else "emptied, its query read again from the start"
+            if t.method == RebuildMethod.REPLAY.value:
+                how = f"the rows of the files delivered in {self.replay_slice} read again" \
+                    if t.where else "emptied, the files it was fed read again"
             lines.append(f"  {t.table:<{width}}  {how}: " + "; ".join(held))
             if t.checkpoint:
                 lines.append(f"  {'':<{width}}  checkpoint {t.checkpoint} set aside until the "
@@ -130,17 +143,28 @@ def resolve_table(project: ProjectConfig, name: str) -> Table:
 
 
 def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
-                 downstream: bool) -> RefreshPlan:
+                 downstream: bool, replay_slice: TimeSlice | None = None) -> RefreshPlan:
     """The plan of refreshing ``names`` (and, with ``downstream``, every table that reads
-    them): what each table holds now. Raises :class:`UsageError` for a table a refresh cannot
-    rebuild, and, without ``downstream``, for tables that read a refreshed one, which would
-    otherwise keep rows their source no longer has."""
+    them): what each table holds now. With ``replay_slice``, the named tables must be ones
+    rebuilt by replaying what they were fed (bronze feeds): only the files delivered in the
+    slice are read again, and their rows alone replaced; the tables downstream are rebuilt
+    whole, as always. Raises :class:`UsageError` for a table a refresh cannot rebuild, and,
+    without ``downstream``, for tables that read a refreshed one, which would otherwise keep
+    rows their source no longer has."""
     asked = [resolve_table(project, n) for n in names]
     for table in asked:
         why = table.spec.rebuild_refusal(table)
         if why:
             raise UsageError(f"expected a table refresh can rebuild, found {table.full_name}: "
                              f"{why}")
+    if replay_slice is not None:
+        whole = [t.full_name for t in asked if (r := t.spec.rebuild(t)) is None
+                 or r.method is not RebuildMethod.REPLAY]
+        if whole:
+            raise UsageError(f"expected feeds of files (bronze) to refresh with --since/--until, "
+                             f"found {', '.join(whole)}: a refresh reads its source's whole "
+                             f"history again (refresh it without a slice, or refresh the bronze "
+                             f"feed with the slice and this table with --downstream)")
     chosen = {(t.layer, t.name) for t in asked}
     tables = project.fed_by(asked)
     readers = [t for t in tables if (t.layer, t.name) not in chosen
@@ -157,7 +181,7 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
             raise UsageError(f"expected every table downstream to be one refresh can rebuild, "
                              f"found {table.full_name}: {why}")
     for table in tables:
-        why = table.spec.rebuild_problem(spark, table)
+        why = table.spec.rebuild_problem(spark, table, replay_slice)
         if why:
             raise UsageError(f"expected {table.full_name} to be one refresh can rebuild, "
                              f"found that {why}")
@@ -167,14 +191,20 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
         if rebuild is None:
             planned.append(PlannedTable(table.full_name, table.layer.value, table.name, None))
             continue
+        where = None
+        if replay_slice is not None and rebuild.method is RebuildMethod.REPLAY:
+            where = table.spec.replay_where(spark, table, replay_slice)
+            if where is None:
+                raise UsageError(f"expected files of {table.full_name} delivered in "
+                                 f"{replay_slice} to read again, found none in its ledger")
         targets = tuple(_target(spark, location) for location in rebuild.locations)
         planned.append(PlannedTable(
             table.full_name, table.layer.value, table.name, rebuild.method.value,
             rebuild.checkpoint,
             # (its own table always, companions that exist)
             tuple(t for i, t in enumerate(targets) if i == 0 or t.version is not None),
-            rebuild.properties))
-    return RefreshPlan(tuple(planned), tuple(t.full_name for t in asked))
+            rebuild.properties, where))
+    return RefreshPlan(tuple(planned), tuple(t.full_name for t in asked), replay_slice)
 
 
 def _target(spark: SparkSession, location: str) -> Target:
@@ -293,10 +323,12 @@ class Refresh:
             for target in t.targets:
                 if not is_delta_table(self.spark, target.location):
                     continue
-                log.info("refresh.table.resetting", table=t.table, location=target.location)
-                self.spark.sql(f"DELETE FROM {quote_path(target.location)}")
-            # what its rows were built from and with goes with them
-            if t.targets and is_delta_table(self.spark, t.targets[0].location):
+                log.info("refresh.table.resetting", table=t.table, location=target.location,
+                         rows="the slice's" if t.where else "all")
+                self.spark.sql(f"DELETE FROM {quote_path(target.location)}"
+                               + (f" WHERE {t.where}" if t.where else ""))
+            # what its rows were built from and with goes with them (all of them)
+            if not t.where and t.targets and is_delta_table(self.spark, t.targets[0].location):
                 names = ", ".join(sql_string(p) for p in (*t.properties, SPEC_WRITTEN))
                 self.spark.sql(f"ALTER TABLE {quote_path(t.targets[0].location)} "
                                f"UNSET TBLPROPERTIES IF EXISTS ({names})")
@@ -314,7 +346,8 @@ class Refresh:
         log.info("refresh.rebuild.started", tables=[t.full_name for t in tables])
         # availableNow whatever the command's trigger (a continuous run completing it first);
         # the run history's rows of the rebuild name the refresh
-        ctx = replace(self.ctx, trigger=TriggerPolicy(), operation=op)
+        ctx = replace(self.ctx, trigger=TriggerPolicy(), operation=op,
+                      replay_slice=plan.replay_slice)
         return self.run(self.spark, self.project, tables, ctx)
 
 

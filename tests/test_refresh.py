@@ -5,6 +5,8 @@ open, losing nothing, until a run with the cause fixed completes it."""
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +291,41 @@ def test_a_bronze_refresh_from_the_archive_gives_the_same_rows(
     assert cli(a, "run", "all") == 0
     assert delta(spark, a, "bronze", "orders").count() == len(before["orders"]) + 5
     assert delta(spark, a, "bronze", "orders").where("_batch_id = 2").count() == 5
+
+    # --since: only the files delivered from then on are read again, their rows alone replaced
+    write_json_lines(landing / "part-6.json", [order(i) for i in range(60, 63)])
+    cut = datetime.now(UTC)
+    os.utime(landing / "part-6.json", (cut.timestamp() + 1,) * 2)
+    assert cli(a, "run", "all") == 0
+    whole = ("orders", "orders_quarantine", "orders_files")
+    before = {name: table(name, ()).collect() for name in whole}
+    silver_before = delta(spark, a, "silver", "orders").drop("_batch_id").collect()
+    capsys.readouterr()
+    assert cli(a, "refresh", "silver.orders", "--since", cut.isoformat()) == 2
+    assert "expected feeds of files (bronze)" in capsys.readouterr().err
+    assert cli(a, "refresh", "bronze.orders", "--downstream", "--since", "2100-01-01") == 2
+    assert "found none in its ledger" in capsys.readouterr().err
+    assert cli(a, "refresh", "bronze.orders", "--downstream", "--since", cut.isoformat()) == 0
+    assert "the rows of the files delivered in [" in capsys.readouterr().out
+    part6 = "_source_file LIKE '%part-6.json'"
+    for name, rows in before.items():  # the others' rows as they were, ingestion times too
+        now, was = table(name, ()), spark.createDataFrame(rows, table(name, ()).schema)
+        key = "path LIKE '%part-6.json'" if name == "orders_files" else part6
+        assert_df_equality(now.where(f"NOT ({key})"), was.where(f"NOT ({key})"),
+                           ignore_row_order=True, ignore_nullable=True)
+    orders_now = delta(spark, a, "bronze", "orders")
+    assert orders_now.where(part6).count() == 3
+    was = {r["order_id"]: r["_ingested_at"] for r in before["orders"]
+           if r["_source_file"].endswith("part-6.json")}
+    assert all(r["_ingested_at"] > was[r["order_id"]] for r in orders_now.where(part6).collect())
+    assert_df_equality(orders_now.drop("_ingested_at"),
+                       spark.createDataFrame(before["orders"], orders_now.schema)
+                       .drop("_ingested_at"), ignore_row_order=True, ignore_nullable=True)
+    ledger = delta(spark, a, "bronze", "orders_files").where("path LIKE '%part-6.json'").first()
+    assert ledger is not None and ledger["ingestion"] == "refresh" and ledger["rows"] == 3
+    after = delta(spark, a, "silver", "orders").drop("_batch_id")
+    assert_df_equality(after, spark.createDataFrame(silver_before, after.schema),
+                       ignore_row_order=True, ignore_nullable=True)
 
     # a feed whose archive lost a file is refused before anything is emptied
     next(iter((a.root / "archive" / "orders").rglob("part-0.json"))).unlink()
