@@ -89,6 +89,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -541,15 +542,17 @@ def op_interruptions(rng: random.Random, op: str, kills: int, terms: int,
 
 
 def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
-                        steps: list[Interruption], done: list[Interruption]) -> int:
-    """silver.orders' amount changed; ``table`` refreshed (with what reads it): the clean root
-    once, the chaos root interrupted at each of ``steps``. Each restart is a refresh (which
+                        steps: list[Interruption], done: list[Interruption],
+                        since: str | None = None) -> int:
+    """silver.orders' amount changed; ``table`` refreshed (with what reads it; a bronze feed
+    only for the files delivered from ``since`` on, when given): the clean root once, the
+    chaos root interrupted at each of ``steps``. Each restart is a refresh (which
     completes the open one first, then refreshes again), every third a run (which completes
     it); a run that finds none open is done again as a refresh. A last run settles the chaos
     root. Returns the restarts."""
     spec = work / "conf" / "tables" / "silver" / "orders.yaml"
     spec.write_text(spec.read_text().replace(f'"{AMOUNT}"', f'"{NEW_AMOUNT}"'))
-    refresh = ("refresh", table, "--downstream")
+    refresh = ("refresh", table, "--downstream", *(("--since", since) if since else ()))
     duration = run_through(work, clean, command=refresh)
     print(f"refresh of {table}: clean {duration:.1f} s, {len(steps)} interruptions", flush=True)
     restarts = 0
@@ -786,6 +789,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "and refresh TABLE (and downstream): the clean root once, the chaos "
                         "root killed --kills times in the refresh's phases, each restart a "
                         "refresh or a run in turn")
+    parser.add_argument("--since-half", action="store_true",
+                        help="with --refresh bronze.<table>: refresh only the files delivered "
+                        "in the later half of the feed's times (--since)")
     parser.add_argument("--backfill", action="store_true",
                         help="after the deliveries, backfill a historical folder of orders "
                         "into bronze.orders: the clean root once, the chaos root killed "
@@ -884,7 +890,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         d += 1
     journal: list[str] = []
     if args.refresh:
-        restarts += refresh_under_kills(work, clean, chaos, args.refresh, refresh_plan, done)
+        since = None
+        if args.since_half:  # (the roots' files keep the feed's times)
+            folder = feed / "landing" / args.refresh.partition(".")[2]
+            times = sorted(p.stat().st_mtime for p in folder.iterdir() if p.is_file())
+            since = datetime.fromtimestamp(times[len(times) // 2], UTC).isoformat()
+        restarts += refresh_under_kills(work, clean, chaos, args.refresh, refresh_plan, done,
+                                        since)
         journal = journal_mismatches(chaos.root)
     elif args.backfill:
         more, journal = backfill_under_kills(work, clean, chaos, feed, refresh_plan, done)

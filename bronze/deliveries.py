@@ -85,6 +85,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze.ledger import BACKFILL_BASE, FileStatus, Ingestion, ledger_frame
+from bronze.reconcile import write_manifest
 from bronze.spec import BronzeTableSpec, CleanSource, Redelivery
 from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Table
@@ -327,7 +328,9 @@ class Deliveries:
                     copied.location and self.storage.exists(copied.location))):
             # settled as backfilled, its move or delete cut short: made now
             self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
-            self._settle_copy(info.path, copied.location, copied.status)
+            if self._settle_copy(info.path, copied.location, copied.status) and \
+                    copied.location:
+                write_manifest(self.storage, self.archive_dir, [copied.location])
             return None
         if copied is not None:  # kept in landing (clean_source: off, a refused move), or
             # landed again
@@ -496,10 +499,15 @@ class Deliveries:
                              backfilled_from=earlier.path, batch_id=earlier.batch_id,
                              settled=status.value)
         append(ledger_frame(self.spark, rows), self.ledger, WRITER, REDELIVERY_BATCH)
+        archived = []
         for (info, _), row in zip(copies, rows, strict=True):
             # never read by landing, moved or not (a refused move: the next run moves it)
             self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
-            self._settle_copy(row["path"], row["location"], row["status"])
+            if self._settle_copy(row["path"], row["location"], row["status"]) and \
+                    row["location"]:
+                archived.append(row["location"])
+        if archived:  # aged by purge-archive from now, as the feed's own archived files
+            write_manifest(self.storage, self.archive_dir, archived)
 
     def _pending(self) -> set[str]:
         """The files of the batches the query replays (planned before a restart): theirs to
@@ -510,17 +518,21 @@ class Deliveries:
                                                               storage=self.storage)}
         return files
 
-    def _settle_copy(self, path: str, location: str | None, status: str) -> None:
-        """Archive or delete a landing file settled as backfilled (its row is in)."""
+    def _settle_copy(self, path: str, location: str | None, status: str) -> bool:
+        """Archive or delete a landing file settled as backfilled (its row is in); whether
+        it was archived now."""
         try:
             if status == FileStatus.ARCHIVED and location:
-                if not self.storage.try_move(path, location) and self.storage.exists(path):
+                if self.storage.try_move(path, location):
+                    return True
+                if self.storage.exists(path):
                     self.log.warning("bronze.file.redelivery_unsettled", path=path,
                                      target=location, error="the target exists")
             elif status == FileStatus.DELETED:
                 self.storage.delete(path)
         except StorageError as exc:  # its row names the target: the next run settles it
             self._unmoved(path, location or "(deleted)", exc)
+        return False
 
     # ------------------------------------------------------------------ in each micro-batch
     def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:

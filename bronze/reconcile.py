@@ -204,9 +204,14 @@ class Reconciler:
         return batches
 
     def _write_manifest(self, files: list[str]) -> None:
-        at = int(time.time() * 1000)
-        body = json.dumps({"archived_at_ms": at, "files": files}).encode()
-        self.storage.write_bytes(f"{self.archive_dir.rstrip('/')}/{MANIFESTS}/{at}.json", body)
+        write_manifest(self.storage, self.archive_dir, files)
+
+
+def write_manifest(storage: Storage, archive_dir: str, files: list[str]) -> None:
+    """List ``files``, archived now, in a manifest of the archive (for their age)."""
+    at = int(time.time() * 1000)
+    body = json.dumps({"archived_at_ms": at, "files": files}).encode()
+    storage.write_bytes(f"{archive_dir.rstrip('/')}/{MANIFESTS}/{at}.json", body)
 
 
 def purge_archive(storage: Storage, archive_dir: str, older_than_ms: int, now_ms: int,

@@ -78,6 +78,14 @@ class Lakehouse:
         return env
 
 
+def cli(lakehouse: Lakehouse, *args: str) -> int:
+    """``medallion <args>`` on the lakehouse, in this process (JSON logs)."""
+    from framework.cli import main
+
+    return main([*args, "--conf", str(lakehouse.conf), "--env", lakehouse.env_name,
+                 "--log-format", "json"])
+
+
 def medallion_cmd() -> list[str]:
     return [str(BIN / "medallion")]
 

@@ -5,6 +5,7 @@ the folder never touched."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from datetime import UTC, datetime
@@ -14,21 +15,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze.ledger import BACKFILL_BASE
-from framework.cli import main
 from tests.support import (
     Lakehouse,
     archived_files,
     bronze_spec,
+    cli,
     files_under,
     order,
     write_json_lines,
     write_order_files,
 )
-
-
-def cli(lakehouse: Lakehouse, *args: str) -> int:
-    return main([*args, "--conf", str(lakehouse.conf), "--env", lakehouse.env_name,
-                 "--log-format", "json"])
 
 
 def at(year: int) -> float:
@@ -112,6 +108,10 @@ def test_a_backfill_ingests_a_folder_in_place_once_beside_the_landing_feed(
     assert [(r["batch_id"], r["status"], r["rows"], r["ingestion"]) for r in settled] == [
         (-1, "archived", 0, "backfill")]
     assert "ingested by a backfill" in str(settled[0]["notes"])
+    # archived now, as the archive's manifests say (purge-archive ages it from now)
+    listed = [f for m in lake.path("archive", "orders", "_manifests").glob("*.json")
+              for f in json.loads(m.read_text())["files"]]
+    assert settled[0]["location"] in listed
     # every order once
     df = spark.read.format("delta").load(str(bronze))
     assert df.groupBy("order_id").count().where(F.col("count") > 1).count() == 0

@@ -14,14 +14,13 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from framework.cli import main
 from framework.config.model import Layer
 from framework.job import RunContext, RunSummary
 from framework.journal import Journal, JournalState
 from framework.refresh import Refresh, plan_refresh
 from framework.runner import run_tables
 from framework.storage import LocalStorage
-from tests.support import CliRun, Lakehouse, bronze_spec, order, run_history, write_json_lines
+from tests.support import CliRun, Lakehouse, bronze_spec, cli, order, run_history, write_json_lines
 
 AMOUNT = "quantity * 2"
 GOLD = {"description": "amounts per customer and day", "source": "orders",
@@ -64,11 +63,6 @@ def fresh(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Lake
     lakehouse.add_table("silver", "orders", silver("quantity * 3"))
     assert cli(lakehouse, "run", "all") == 0
     return lakehouse
-
-
-def cli(lakehouse: Lakehouse, *args: str) -> int:
-    return main([*args, "--conf", str(lakehouse.conf), "--env", lakehouse.env_name,
-                 "--log-format", "json"])
 
 
 def delta(spark: SparkSession, lakehouse: Lakehouse, layer: str, name: str) -> DataFrame:
