@@ -150,8 +150,10 @@ PHASES = [  # in the pipeline's order
     Phase("refresh-set-aside", "refresh.checkpoint.moved", 0.2, op="refresh"),
     Phase("refresh-reset", "refresh.table.resetting", 0.4, op="refresh"),
     Phase("refresh-silver", "silver.batch.committed", 1.0, "orders", op="refresh"),
-    Phase("refresh-gold", "gold.batch.merging", 1.0, "store_sales", op="refresh"),
-    Phase("refresh-mart", "gold.mart.writing", 1.0, op="refresh"),
+    Phase("refresh-gold", "gold.batch.merging", 1.0, "store_sales", needs=("store_sales",),
+          op="refresh"),
+    Phase("refresh-mart", "gold.mart.writing", 1.0, needs=("regional_sales", "segment_sales"),
+          op="refresh"),
     Phase("refresh-finishing", "refresh.finishing", 0.3, op="refresh"),
     Phase("refresh-replay", "bronze.replay.batch.started", 1.0, "orders", op="refresh-bronze"),
     Phase("refresh-replay-ledger", "bronze.replay.ledger.replacing", 0.3, "orders",
@@ -521,17 +523,19 @@ AMOUNT, NEW_AMOUNT = "quantity * unit_price", "round(quantity * unit_price * 1.1
 
 
 def op_interruptions(rng: random.Random, op: str, kills: int, terms: int,
-                     phases: str | None) -> list[Interruption]:
+                     phases: str | None, tables: set[str] | None = None) -> list[Interruption]:
     """An operation's interruptions: ``phases`` (kills), or ``kills`` SIGKILLs and ``terms``
-    SIGTERMs dealt from shuffled decks of the operation's phases."""
+    SIGTERMs dealt from shuffled decks of the operation's phases (those that open with
+    ``tables``, when given)."""
     if phases:
         names = phases.split(",")
         signals = ["KILL"] * len(names)
     else:
         names = []
         while len(names) < kills + terms:
-            deck = [p.name for p in PHASES if p.op == op
-                    or (op == "refresh-bronze" and p.op == "refresh")]
+            deck = [p.name for p in PHASES if (p.op == op or (
+                op == "refresh-bronze" and p.op == "refresh")) and (
+                    tables is None or not p.needs or tables & set(p.needs))]
             rng.shuffle(deck)
             names += deck
         names = names[:kills + terms]
@@ -832,7 +836,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.refresh or args.backfill:  # the deliveries in without interruptions
         op = "backfill" if args.backfill else \
             "refresh-bronze" if args.refresh.startswith("bronze.") else "refresh"
-        refresh_plan = op_interruptions(rng, op, args.kills, args.terms, args.phases)
+        refresh_plan = op_interruptions(rng, op, args.kills, args.terms, args.phases,
+                                        set(args.tables.split(",")) if args.tables else None)
         plan = []
     elif args.phases:
         plan = [Interruption(name, "KILL", rng.uniform(0.0, BY_NAME[name].within or 1.0))

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.yarn]
 SUBMIT = REPO / "deploy" / "yarn" / "submit.sh"
 # Columns that record when and from where (landing times, paths) a row was ingested.
 INGESTION = {"_ingested_at", "_source_file", "_file_modification_time", "_batch_id"}
+NEW_AMOUNT = '"round(quantity * unit_price * 1.1, 2)"'
 
 
 def _submit(args: list[str], conf: Path, yarn: dict[str, str], dist: Path,
@@ -136,3 +137,27 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     assert {r["session_zone"] for r in rows} == {"UTC"}
     assert rows == [json.loads(json.dumps(r.asDict(recursive=True), default=str))
                     for r in expected]
+
+    # A changed silver expression, refreshed downstream on YARN over HDFS and here at once:
+    # the tables equal again, with the new amounts, and the journal on HDFS closed
+    spec = conf / "tables" / "silver" / "orders.yaml"
+    spec.write_text(spec.read_text().replace('"quantity * unit_price"', NEW_AMOUNT))
+    refresh = ["refresh", "silver.orders", "--downstream"]
+    run = _submit([*refresh, "--env", "yarn"], conf, yarn, dist)
+    try:
+        assert main([*refresh, "--conf", str(conf), "--env", "local"]) == 0
+        out, err = run.communicate(timeout=900)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err[-5000:]
+    assert "refresh done" in out
+    assert not hdfs.exists(f"{hdfs_root}/_refresh/journal")
+    assert len(list(hdfs.list_files(f"{hdfs_root}/_refresh/closed"))) > 0
+    silver = spark.read.format("delta").load(f"{hdfs_root}/tables/silver/orders")
+    assert silver.where("amount <> round(quantity * unit_price * 1.1, 2)").count() == 0
+    for layer, table in [("silver", "orders"), ("gold", "store_sales"),
+                         ("gold", "segment_sales")]:
+        on_yarn = spark.read.format("delta").load(f"{hdfs_root}/tables/{layer}/{table}")
+        here = spark.read.format("delta").load(str(local_root / "tables" / layer / table))
+        assert_df_equality(_comparable(on_yarn), _comparable(here), ignore_nullable=True,
+                           ignore_metadata=True)
