@@ -295,6 +295,57 @@ def test_a_bronze_run_over_connect_ingests_archives_and_reports(
     assert out.is_file() and "orders" in out.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
+def test_a_backfill_and_refreshes_over_connect_write_what_they_write_classically(
+    server: ConnectServer, spark: SparkSession, tmp_path: Path
+) -> None:
+    """One lake made twice, classically (in this process) and over Connect: a run, a folder
+    backfilled in place, a silver expression changed and refreshed downstream, then bronze
+    refreshed from its archive. Every table the same, the ingestion columns aside."""
+    from tests.support import cli as classic_cli
+    from tests.test_refresh import lake, silver
+
+    lakes = {"classic": lake(tmp_path / "classic"), "connect": lake(tmp_path / "connect")}
+    on_connect(lakes["connect"], server)
+    for name, lakehouse in lakes.items():
+        history = lakehouse.base / "history"
+        write_order_files(history, files=2, per_file=3, start=100)
+        steps = [["run", "all"], ["backfill", "orders", "--from", str(history)],
+                 ["refresh", "silver.orders", "--downstream"],
+                 ["refresh", "bronze.orders", "--downstream"]]
+        for step in steps:
+            if step[0] == "refresh" and step[1] == "silver.orders":
+                lakehouse.add_table("silver", "orders", silver("quantity * 3"))
+            if name == "classic":
+                assert classic_cli(lakehouse, *step) == 0, step
+            else:
+                done = cli(lakehouse, *step, "--conf", str(lakehouse.conf), "--env",
+                           lakehouse.env_name)
+                assert done.returncode == 0, (step, done.stdout[-3000:], done.stderr[-3000:])
+        assert not lakehouse.path("_refresh", "journal").exists()  # (both refreshes done)
+
+    def table(lakehouse: Lakehouse, layer: str, name: str) -> Any:
+        df = spark.read.format("delta").load(str(lakehouse.path("tables", layer, name)))
+        if name.endswith("_files"):
+            return df.select(F.element_at(F.split("path", "/"), -1).alias("file"), "batch_id",
+                             "rows", "good_rows", "quarantined_rows", "status", "ingestion")
+        return df.drop("_source_file", *(WHEN_AND_WHERE - {"_batch_id"}))
+
+    compared = [("bronze", "orders"), ("bronze", "orders_files"), ("silver", "orders"),
+                ("silver", "orders_quarantine"), ("gold", "customer_sales")]
+    for layer, name in compared:
+        expected = table(lakes["classic"], layer, name)
+        assert expected.count() > 0, (layer, name)
+        assert_df_equality(table(lakes["connect"], layer, name), expected, ignore_row_order=True,
+                           ignore_nullable=True, ignore_metadata=True)
+    ledger = table(lakes["connect"], "bronze", "orders_files")
+    assert sorted(str(r["ingestion"]) for r in ledger.collect()) == ["refresh"] * 5
+    silver_rows = spark.read.format("delta").load(
+        str(lakes["connect"].path("tables", "silver", "orders")))
+    assert silver_rows.where("amount <> quantity * 3").count() == 0
+    assert silver_rows.where("order_id LIKE '%10_'").count() > 0  # backfilled orders
+
+
 def test_storage_under_connect_needs_no_jvm(server: ConnectServer, tmp_path: Path) -> None:
     """A local path's store on a Connect session is the local disk's; an hdfs:// one is
     refused with the reason (run in a subprocess: a Connect session changes pyspark's mode)."""
