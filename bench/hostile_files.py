@@ -149,7 +149,7 @@ def check(spark: Any, feed: Feed, table: Any, id_column: str, summary: Any) -> d
     ``run`` for the run itself); empty when bronze made of every file what it must."""
     from pyspark.sql import functions as F
 
-    from bronze.checks import ledger_path
+    from bronze.spec import ledger_path
 
     problems: dict[str, str] = {}
     status = getattr(summary.status, "value", summary.status)

@@ -22,7 +22,6 @@ For parquet, the rows read from each file are compared with its footer's row cou
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from bronze.batch import INTERNAL, SOURCE_FILE, with_file_columns
 from bronze.reading import NOT_UTF8, FeedReader, literal
+from bronze.spec import ledger_path
 from framework.errors import StorageError, first_line
 from framework.jvm import condition_of, error_chain
 from framework.storage import FileInfo, Storage, from_uri
@@ -180,16 +180,7 @@ def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
             for r in df.groupBy(column).count().collect()}
 
 
-def ledger_path(source_file: str) -> str:
-    """A ``_source_file`` value as the ledger names the file: as it is, or decoded for a row
-    written before ``_source_file`` held the ledger's form: Spark's URI, ``file:/p`` or
-    ``s:/p`` (the ledger's form is ``/p`` or ``s:///p``; a URI with an authority,
-    ``hdfs://nn/p``, is taken as it is)."""
-    return from_uri(source_file) if OLD_URI.match(source_file) else source_file
-
-
 CAUSED_BY = "Caused by: "
-OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
 
 
 def _python_chain(error: BaseException) -> list[Any]:

@@ -21,7 +21,7 @@ from framework.commands import (
     storage_of,
 )
 from framework.config.model import Layer, Table
-from framework.errors import UsageError
+from framework.errors import OperationOpenError, UsageError
 from framework.layers import Commands
 from framework.logging import get_logger
 from framework.storage import FileInfo, land, local_path, parse_retention, scheme_of
@@ -94,6 +94,8 @@ def add_commands(commands: Commands) -> None:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from bronze.backfill import Backfill, BackfillJob, check_folder
     from framework.job import RunContext, RunStatus, RunSummary, StopSignal
+    from framework.refresh import finish_open
+    from framework.runner import run_tables
 
     project = project_of(args)
     table = project.table(args.table, Layer.BRONZE)
@@ -111,6 +113,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
         spark = spark_for(project, "medallion backfill", writes=True)
         ctx = RunContext(stop=stop, operation=backfill.operation)
+        # a refresh left open is completed first: until then the feed holds part of its rows
+        still_open = finish_open(spark, project, RunContext(stop=stop), run_tables)
+        if still_open and not stop.is_set():
+            raise OperationOpenError(f"expected the refresh left open to complete before a "
+                                     f"backfill, found it still open: {still_open}")
+        if stop.is_set():
+            return EXIT_OK
         started = time.perf_counter()
         result = BackfillJob(spark, table, ctx, backfill).run()
     summary = RunSummary(run_id=ctx.run_id, env=project.env.name, tables=[result],

@@ -499,15 +499,15 @@ class Deliveries:
                              backfilled_from=earlier.path, batch_id=earlier.batch_id,
                              settled=status.value)
         append(ledger_frame(self.spark, rows), self.ledger, WRITER, REDELIVERY_BATCH)
-        archived = []
+        # aged by purge-archive from now, as the feed's own archived files: listed before
+        # the moves (a kill between cannot leave one unlisted; purge passes a missing file)
+        archived = [r["location"] for r in rows if r["status"] == FileStatus.ARCHIVED]
+        if archived:
+            write_manifest(self.storage, self.archive_dir, archived)
         for (info, _), row in zip(copies, rows, strict=True):
             # never read by landing, moved or not (a refused move: the next run moves it)
             self.known[(info.path, info.size, info.modified_ms)] = REDELIVERY_BATCH
-            if self._settle_copy(row["path"], row["location"], row["status"]) and \
-                    row["location"]:
-                archived.append(row["location"])
-        if archived:  # aged by purge-archive from now, as the feed's own archived files
-            write_manifest(self.storage, self.archive_dir, archived)
+            self._settle_copy(row["path"], row["location"], row["status"])
 
     def _pending(self) -> set[str]:
         """The files of the batches the query replays (planned before a restart): theirs to

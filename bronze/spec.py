@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from datetime import UTC
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar
@@ -22,7 +24,7 @@ from framework.config.model import (
 )
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
-from framework.storage import local_path
+from framework.storage import from_uri, local_path
 from framework.timeslice import TimeSlice
 
 
@@ -47,7 +49,20 @@ def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool
     modification time) when one is given."""
     if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
         return False
-    return replay_slice is None or replay_slice.takes(row["modification_time"].timestamp() * 1000)
+    # (the ledger's times are UTC, read back as naive datetimes)
+    delivered = row["modification_time"].replace(tzinfo=UTC).timestamp() * 1000
+    return replay_slice is None or replay_slice.takes(delivered)
+
+
+def ledger_path(source_file: str) -> str:
+    """A ``_source_file`` value as the ledger names the file: as it is, or decoded for a row
+    written before ``_source_file`` held the ledger's form: Spark's URI, ``file:/p`` or
+    ``s:/p`` (the ledger's form is ``/p`` or ``s:///p``; a URI with an authority,
+    ``hdfs://nn/p``, is taken as it is)."""
+    return from_uri(source_file) if OLD_URI.match(source_file) else source_file
+
+
+OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
 
 
 class SourceFormat(StrEnum):
@@ -181,17 +196,31 @@ class BronzeTableSpec(TableSpec):
         return None
 
     def replay_where(self, spark: Any, table: Table, replay_slice: TimeSlice) -> str | None:
-        """The rows of the files delivered in the slice (by batch and ``_source_file``, as
-        a file delivered again under its name is another batch's), in bronze and its
-        quarantine."""
-        from framework.delta import sql_string
+        """The rows of the files delivered in the slice, by batch and ``_source_file`` (a
+        file delivered again under its name is another batch's), in bronze and its
+        quarantine: one flat ``IN`` list of the pairs, as the ledger spells each file and as
+        the tables' rows do (rows written before ``_source_file`` took the ledger's form
+        spell it as Spark's URI)."""
+        from pyspark.sql import functions as F
 
-        files: dict[int, list[str]] = {}
-        for row in self._replayed(spark, table, replay_slice):
-            files.setdefault(int(row["batch_id"]), []).append(row["path"])
-        return " OR ".join(
-            f"(_batch_id = {batch} AND _source_file IN ({', '.join(map(sql_string, paths))}))"
-            for batch, paths in sorted(files.items())) or None
+        from framework.delta import is_delta_table, sql_string
+
+        chosen = {(int(r["batch_id"]), r["path"])
+                  for r in self._replayed(spark, table, replay_slice)}
+        if not chosen:
+            return None
+        batches = sorted({batch for batch, _ in chosen})
+        pairs = set(chosen)
+        for location in (table.location, table.companion_location("quarantine")):
+            if not is_delta_table(spark, location):
+                continue
+            found = spark.read.format("delta").load(location) \
+                .where(F.col("_batch_id").isin(batches)) \
+                .select("_batch_id", "_source_file").distinct().collect()
+            pairs |= {(int(r[0]), r[1]) for r in found
+                      if r[1] is not None and (int(r[0]), ledger_path(r[1])) in chosen}
+        listed = ", ".join(f"({batch}L, {sql_string(path)})" for batch, path in sorted(pairs))
+        return f"(_batch_id, _source_file) IN ({listed})"
 
     def _replayed(self, spark: Any, table: Table,
                   replay_slice: TimeSlice | None) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, Table
+from framework.errors import OperationOpenError
 from framework.identifiers import quote_name
 from framework.job import (
     RunContext,
@@ -44,7 +45,11 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
     with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
         from framework.refresh import finish_open
 
-        finish_open(spark, project, ctx, run_tables)  # a refresh left open: completed first
+        still_open = finish_open(spark, project, ctx, run_tables)  # (a refresh left open)
+        if still_open and not ctx.stop.is_set():
+            # its tables hold part of their rows: no job may write them until it is done
+            raise OperationOpenError(f"expected the refresh left open to complete before "
+                                     f"the tables run, found it still open: {still_open}")
         return run_tables(spark, project, tables, ctx)
 
 

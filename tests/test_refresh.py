@@ -232,6 +232,12 @@ def test_a_refresh_whose_rebuild_fails_stays_open_and_is_completed_once_fixed(
     assert sorted(p.name for p in aside.glob("*/*")) == ["customer_sales", "orders"]
     assert cli(a, "status") == 0
     assert f"refresh {last.op} is open (reset since " in capsys.readouterr().out
+    # no job writes the tables while it is open: a run that cannot complete it runs nothing
+    silver_version = version(spark, a, "silver", "orders")
+    assert cli(a, "run", "all") == 2
+    assert "expected the refresh left open to complete before the tables run" in \
+        capsys.readouterr().err
+    assert version(spark, a, "silver", "orders") == silver_version
     # the cause fixed, the next run completes the refresh: as a lake built with that spec
     a.add_table("silver", "orders", silver("quantity * 3"))
     assert cli(a, "run", "all") == 0
