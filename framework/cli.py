@@ -334,6 +334,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
             ctx.run_id = lake_run_id() or ctx.run_id
         if not args.dry_run:
             still_open = finish_open(spark, project, ctx, run_tables)  # (one left open first)
+            if still_open and stop.is_set():  # (stopped as it completed it: not a failure)
+                print("refresh stopped: the next 'medallion run' or 'medallion refresh' "
+                      "completes it")
+                return EXIT_OK
             if still_open:
                 print(f"error: {still_open}", file=sys.stderr)
                 return EXIT_FAILED

@@ -6,6 +6,7 @@ open, losing nothing, until a run with the cause fixed completes it."""
 from __future__ import annotations
 
 import os
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -202,7 +203,18 @@ def test_a_refresh_stopped_after_any_step_is_completed_by_the_next_command(
     assert (a.root / "_refresh" / "journal").exists()
     if resumed_by == "run":
         assert cli(a, "run", "all") == 0
-    else:  # the same refresh asked again: the open one is completed, then it runs once more
+    else:
+        # the same refresh asked again, stopped (SIGTERM) as it completes the open one: a
+        # stop, not a failure, and still open
+        run = CliRun(["refresh", "silver.orders", "--downstream"], a.cli_env())
+        run.wait_for("refresh.rebuild.started")
+        run.proc.send_signal(signal.SIGTERM)
+        code, out = run.finish()
+        assert code == 0, "".join(run.lines[-20:])
+        assert "refresh stopped: the next 'medallion run' or 'medallion refresh' completes" \
+            in out
+        assert (a.root / "_refresh" / "journal").exists()
+        # asked again: the open one is completed, then it runs once more
         assert cli(a, "refresh", "silver.orders", "--downstream") == 0
     assert_same_tables(spark, a, fresh)
     assert closed_states(a)[-1] is JournalState.DONE
