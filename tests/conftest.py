@@ -76,7 +76,7 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 def quickstart_lake(spark: SparkSession,
                     tmp_path_factory: pytest.TempPathFactory) -> QuickstartLake:
     """The lake the README's quickstart makes, once per worker: the README's test checks it,
-    and the Spark Connect demo is compared with it (both in the "connect" xdist group)."""
+    and the Spark Connect demo is compared with it (both in the "quickstart" xdist group)."""
     return run_quickstart(spark, tmp_path_factory.mktemp("quickstart"))
 
 

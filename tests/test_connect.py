@@ -1,5 +1,5 @@
 """The connect runtime: a real Spark Connect server (pyspark's own, with Delta's jars), started
-once for these tests on a loopback port, and ``medallion`` commands talking to it as clients.
+once per test worker on a loopback port, and ``medallion`` commands talking to it as clients.
 
 Clients run as subprocesses: a Spark Connect session switches pyspark's functions to Connect
 for the whole process (``SPARK_CONNECT_MODE_ENABLED``), which the classic test session must
@@ -39,8 +39,6 @@ from tests.support import (
     write_order_files,
 )
 from tests.test_gold import STORES, with_sales_mart
-
-pytestmark = pytest.mark.xdist_group("connect")
 
 
 @pytest.fixture(scope="module")
@@ -377,16 +375,35 @@ WHEN_AND_WHERE = {"_file_modification_time", "_ingested_at", "_batch_id", "batch
                   "recorded_at"}
 
 
-def _demo(conf: Path, env: str, root: Path, orders: int, files: int) -> tuple[dict, str]:
-    summary = root.parent / f"{root.name}.json"
+def _medallion(conf: Path, env: str, root: Path, *args: str) -> str:
+    """``medallion ARGS --env ENV`` on the lake at ``root`` with the configuration ``conf``;
+    its output, once it has exited 0."""
     environment = {k: v for k, v in os.environ.items()
                    if not k.startswith(("MEDALLION_", "SPARK_"))}
     environment.update(MEDALLION_ROOT=str(root), MEDALLION_CONF=str(conf))
-    done = subprocess.run([*medallion_cmd(), "demo", "--env", env, "--orders", str(orders),
-                           "--files", str(files), "--summary", str(summary)],
-                          capture_output=True, text=True, env=environment, timeout=1500)
+    done = subprocess.run([*medallion_cmd(), *args, "--env", env], capture_output=True,
+                          text=True, env=environment, timeout=1500)
     assert done.returncode == 0, f"{env}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return json.loads(summary.read_text()), done.stdout
+    return done.stdout
+
+
+def _demo(conf: Path, env: str, root: Path, orders: int, files: int) -> tuple[dict, str]:
+    summary = root.parent / f"{root.name}.json"
+    out = _medallion(conf, env, root, "demo", "--orders", str(orders), "--files", str(files),
+                     "--summary", str(summary))
+    return json.loads(summary.read_text()), out
+
+
+def _status_lines(out: str) -> list[str]:
+    """The table lines of ``medallion status``: table, kind, rows, version, last batch and the
+    backlog of each."""
+    return [line for line in out.splitlines() if line.startswith("spark_catalog.")]
+
+
+def _report_figures(out: str) -> str:
+    """What ``medallion report`` says it wrote: tables, failures and plots (not the batches:
+    the classic lake's history also holds the quickstart's second demo run)."""
+    return out.split(" batches of ", 1)[1]
 
 
 def _tables(spark: SparkSession, root: Path) -> dict[str, Any]:
@@ -416,6 +433,7 @@ def _files(root: Path, folder: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("quickstart")  # with tests/test_readme.py: the quickstart's lake once
 def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     server: ConnectServer, spark: SparkSession, quickstart_lake: QuickstartLake, tmp_path: Path
 ) -> None:
@@ -455,6 +473,16 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     # the same files archived and quarantined, none left in landing
     for folder in ("archive", "_quarantine", "landing"):
         assert _files(tmp_path / "connect", folder) == _files(classic_root, folder)
+
+    # status and the report over Connect say what they say classically of the same lake
+    status = _status_lines(_medallion(conf, "connect", tmp_path / "connect", "status"))
+    assert len(status) >= 8
+    assert status == _status_lines(quickstart_lake.outputs[".venv/bin/medallion status"])
+    report = {name: _medallion(conf, env, root, "report", "--out", str(tmp_path / f"{name}.html"))
+              for name, env, root in (("connect", "connect", tmp_path / "connect"),
+                                      ("classic", "local", classic_root))}
+    assert _report_figures(report["connect"]) == _report_figures(report["classic"])
+    assert "0 failure(s)" in report["connect"]
 
 
 # ---------------------------------------------------------------------- kills

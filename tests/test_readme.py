@@ -22,8 +22,8 @@ from pyspark.sql import functions as F
 from tests.support import QuickstartLake, row_counts
 
 # The quickstart's lake is made once per worker (tests/conftest.py), shared with the Spark
-# Connect demo's comparison: both run in the group of the Connect tests.
-pytestmark = [pytest.mark.slow, pytest.mark.demo, pytest.mark.xdist_group("connect")]
+# Connect demo's comparison: both run in one xdist group, so it is made once.
+pytestmark = [pytest.mark.slow, pytest.mark.demo, pytest.mark.xdist_group("quickstart")]
 
 
 def test_every_quickstart_command_exits_0_and_the_demo_reconciles(
