@@ -26,6 +26,7 @@ from framework.commands import (
     installed_commands,
     instant,
     lake_run_id,
+    positive_int,
     print_table,
     project_of,
     release_lake,
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--continuous", action="store_true",
                    help="keep running with a processing-time trigger (default: availableNow)")
     p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
+    p.add_argument("--parallel", type=positive_int, metavar="N",
+                   help="tables run at once, those that do not read each other (default: the "
+                   "cores of a local master, at most 4, or with --continuous every table; 1 "
+                   "runs them one after another)")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("refresh", parents=[common], help="rebuild tables from their sources",
@@ -308,7 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
         spark = spark_for(project, f"medallion run {args.layer}", writes=True)
         summary = run_until_stopped(spark, project, tables, args.continuous,
-                                    run_id=lake_run_id(), stop=stop)
+                                    run_id=lake_run_id(), stop=stop, parallel=args.parallel)
     print(summary.render())
     if args.summary:
         write_json(args.summary, summary.to_dict())

@@ -171,6 +171,17 @@ def storage_of(project: ProjectConfig, path: str, app: str = "medallion") -> Sto
     return storage_for(path, project.env, spark_for(project, app))
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, found {text!r}")
+    return value
+
+
 def write_json(path: str, data: dict[str, Any]) -> None:
     """``data`` as indented JSON in the file ``path`` (a run's summary), redacted."""
     with open(path, "w", encoding="utf-8") as fh:

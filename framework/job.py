@@ -96,7 +96,10 @@ class StopSignal:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._forced = threading.Event()
         self.reason = ""
+        self.forced_by = ""
+        self._forwarding = False
 
     def request(self, reason: str) -> None:
         self.reason = self.reason or reason
@@ -104,6 +107,29 @@ class StopSignal:
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def force(self, reason: str) -> None:
+        """A second stop request, received by a thread other than the jobs' (the runner's,
+        while tables run at once): each job interrupts itself (:meth:`check_forced`) as a
+        job run by the signalled thread is interrupted."""
+        self.request(reason)
+        self.forced_by = reason
+        self._forced.set()
+
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[StopSignal]:
+        """While inside, a second signal is passed on to the jobs (:meth:`force`) instead of
+        interrupting the signalled thread: the runner's, while jobs run on threads."""
+        self._forwarding = True
+        try:
+            yield self
+        finally:
+            self._forwarding = False
+
+    def check_forced(self) -> None:
+        """Raise :class:`KeyboardInterrupt` (the signal's name) after :meth:`force`."""
+        if self._forced.is_set():
+            raise KeyboardInterrupt(self.forced_by or "SIGINT")
 
     @contextlib.contextmanager
     def on_signals(self, *signums: int) -> Iterator[StopSignal]:
@@ -118,6 +144,9 @@ class StopSignal:
 
         def handler(signum: int, frame: Any) -> None:
             name = signal.Signals(signum).name
+            if self.is_set() and self._forwarding:
+                self.force(name)
+                return
             if self.is_set():
                 raise KeyboardInterrupt(name)
             self.request(name)
@@ -143,6 +172,9 @@ class RunContext:
     # a refresh of only what was delivered in this slice: a job that replays what it was fed
     # (bronze) reads again only those files
     replay_slice: TimeSlice | None = None
+    # tables run at once at most (framework.runner.run_tables): those that do not read each
+    # other
+    parallel: int = 1
 
 
 @dataclass
@@ -651,6 +683,7 @@ class StreamingJob(Job):
 
     def _await(self, query: StreamingQuery) -> RunStatus:
         while True:
+            self.ctx.stop.check_forced()
             if self.ctx.stop.is_set():
                 self._stop_at_batch_boundary(query)
                 return RunStatus.STOPPED
@@ -678,6 +711,7 @@ class StreamingJob(Job):
         last = _last_batch(query)
         deadline = time.monotonic() + self.ctx.stop_grace_seconds
         while query.isActive and time.monotonic() < deadline:
+            self.ctx.stop.check_forced()
             if not query.status.get("isTriggerActive", False):
                 break
             if _last_batch(query) > last:

@@ -1,16 +1,19 @@
-"""Run a selection of tables, layer by layer, in the order data flows."""
+"""Run a selection of tables in the order data flows, independent ones at once."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import queue
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
-from framework.config.model import Layer, ProjectConfig, Table
-from framework.errors import OperationOpenError
+from framework.config.model import Environment, Layer, ProjectConfig, Table
+from framework.errors import OperationOpenError, first_line
 from framework.identifiers import quote_name
 from framework.job import (
     RunContext,
@@ -23,18 +26,36 @@ from framework.job import (
 from framework.layers import job_class
 from framework.listener import ProgressListener
 from framework.logging import get_logger
+from framework.session import local_cores
+
+# Tables run at once by default at most: while one query plans and commits on the driver,
+# another's tasks use the cores; past a few, queries only queue for the same cores.
+MAX_DEFAULT_PARALLEL = 4
+
+
+def default_parallel(env: Environment) -> int:
+    """Tables run at once unless ``--parallel`` says: the cores of a local master (of this
+    machine, for any other), at most :data:`MAX_DEFAULT_PARALLEL`."""
+    cores = local_cores(env.master) or os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_PARALLEL, cores))
 
 
 def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Sequence[Table],
                       continuous: bool, watch: Callable[..., None] | None = None,
-                      run_id: str | None = None, stop: StopSignal | None = None
-                      ) -> RunSummary:
-    """Run ``tables`` in order (:func:`run_tables`); SIGTERM and SIGINT stop them at a batch
-    boundary. ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake
-    lease's, when the command took one; ``stop``, the command's stop request, if it listened
-    for signals before (a stop asked for before any table started skips them all)."""
+                      run_id: str | None = None, stop: StopSignal | None = None,
+                      parallel: int | None = None) -> RunSummary:
+    """Run ``tables`` in flow order, up to ``parallel`` at once (:func:`run_tables`; by
+    default :func:`default_parallel`, or all of them when ``continuous``); SIGTERM and
+    SIGINT stop them at a batch boundary.
+    ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake lease's,
+    when the command took one; ``stop``, the command's stop request, if it listened for
+    signals before (a stop asked for before any table started skips them all)."""
     ctx = RunContext(
-        trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval)
+        trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval),
+        # (with a processing-time trigger a table runs until stopped: every table that reads
+        # none of the others runs from the start)
+        parallel=parallel or (max(1, len(tables)) if continuous
+                              else default_parallel(project.env)),
     )
     if run_id:
         ctx.run_id = run_id
@@ -77,32 +98,106 @@ def create_schemas(spark: SparkSession, tables: Sequence[Table]) -> list[str]:
 def run_tables(
     spark: SparkSession, project: ProjectConfig, tables: Sequence[Table], ctx: RunContext
 ) -> RunSummary:
-    """Run each table's job, in order. A table that reads (directly or through others) a
-    table that failed, or was skipped, is skipped; the others run. After a stop request the
-    rest are skipped."""
+    """Run each table's job. A table that reads (directly or through others) a table that
+    failed, or was skipped, is skipped; the others run. After a stop request the rest are
+    skipped.
+
+    With ``ctx.parallel`` above 1, up to that many tables run at once, each on a thread of
+    its own in the one session, as Spark's declarative pipelines run independent flows: a
+    table starts once every table it reads among ``tables`` has ended (the bronze feeds at
+    once, then each silver table as soon as its sources are in). The summary lists the
+    tables in flow order all the same."""
     summary = RunSummary(run_id=ctx.run_id, env=project.env.name)
     log = get_logger(env=project.env.name, run_id=ctx.run_id)
     started = time.monotonic()
-    log.info("run.started", tables=[t.full_name for t in tables])
+    log.info("run.started", tables=[t.full_name for t in tables],
+             **({"parallel": ctx.parallel} if ctx.parallel > 1 else {}))
     create_schemas(spark, tables)
     not_run: dict[tuple[Layer, str], str] = {}  # failed ("") or skipped (why)
-    for table in tables:
-        reason = _skip_reason(project, table, not_run, ctx)
-        if reason is not None:
-            not_run[(table.layer, table.name)] = reason
-            log.warning("job.skipped", table=table.full_name, reason=reason)
-            summary.stopped = summary.stopped or ctx.stop.is_set()
-            summary.tables.append(TableRunSummary(table.full_name, table.layer.value,
-                                                  RunStatus.SKIPPED, error=reason))
-            continue
-        job = job_class(table)(spark, table, ctx)
-        done = job.run()
-        summary.tables.append(done)
-        if done.status is RunStatus.FAILED:
+    ended: dict[tuple[Layer, str], TableRunSummary] = {}
+
+    def skip_reason(table: Table) -> str | None:
+        return _skip_reason(project, table, not_run, ctx)
+
+    def end(table: Table, result: TableRunSummary) -> None:
+        ended[(table.layer, table.name)] = result
+        if result.status is RunStatus.FAILED:
             not_run[(table.layer, table.name)] = ""
+        elif result.status is RunStatus.SKIPPED:
+            not_run[(table.layer, table.name)] = result.error or ""
+            log.warning("job.skipped", table=table.full_name, reason=result.error)
+            summary.stopped = summary.stopped or ctx.stop.is_set()
+
+    if ctx.parallel > 1 and len(tables) > 1:
+        _run_at_once(spark, tables, ctx, skip_reason, end)
+    else:
+        for table in tables:
+            reason = skip_reason(table)
+            end(table, _skipped(table, reason) if reason is not None
+                else job_class(table)(spark, table, ctx).run())
+    summary.tables = [ended[(t.layer, t.name)] for t in tables]
     summary.duration_s = time.monotonic() - started
     log.info("run.finished", **summary.to_dict())
     return summary
+
+
+def _skipped(table: Table, reason: str) -> TableRunSummary:
+    return TableRunSummary(table.full_name, table.layer.value, RunStatus.SKIPPED, error=reason)
+
+
+def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
+                 skip_reason: Callable[[Table], str | None],
+                 end: Callable[[Table, TableRunSummary], None]) -> None:
+    """Run ``tables`` up to ``ctx.parallel`` at once (see :func:`run_tables`).
+
+    This thread starts each table on a daemon thread of its own once the tables it reads
+    have ended, and hands every result to ``end`` (skips too, with ``skip_reason``'s
+    reason), so the bookkeeping stays on one thread. A second stop signal, which only this
+    thread receives, is passed on to the jobs instead of interrupting it
+    (:meth:`StopSignal.force`): each job interrupts itself as a job run here would be."""
+    selected = {(t.layer, t.name) for t in tables}
+    waits_for = {(t.layer, t.name): {u for u in t.spec.upstream() if u in selected}
+                 for t in tables}
+    pending = list(tables)
+    running: set[tuple[Layer, str]] = set()
+    ended: set[tuple[Layer, str]] = set()
+    results: queue.Queue[tuple[Table, TableRunSummary]] = queue.Queue()
+
+    def work(table: Table) -> None:
+        try:
+            result = job_class(table)(spark, table, ctx).run()
+        except BaseException as exc:  # (a job ends in a summary; anything else still ends it)
+            result = TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
+                                     error=f"{type(exc).__name__}: {first_line(exc)}")
+        results.put((table, result))
+
+    with ctx.stop.forwarding():
+        while pending or running:
+            for table in list(pending):
+                key = (table.layer, table.name)
+                if not waits_for[key] <= ended:
+                    continue
+                reason = skip_reason(table)
+                if reason is None and len(running) >= ctx.parallel:
+                    continue
+                pending.remove(table)
+                if reason is not None:
+                    ended.add(key)
+                    end(table, _skipped(table, reason))
+                    continue
+                running.add(key)
+                threading.Thread(target=work, args=(table,), daemon=True,
+                                 name=f"job {table.full_name}").start()
+            if not running:
+                if pending:  # (in flow order, a table reads only tables before it)
+                    raise RuntimeError(f"expected tables that read each other in flow order, "
+                                       f"found {[t.full_name for t in pending]} waiting")
+                continue
+            with contextlib.suppress(queue.Empty):
+                table, result = results.get(timeout=1.0)
+                running.discard((table.layer, table.name))
+                ended.add((table.layer, table.name))
+                end(table, result)
 
 
 def _skip_reason(project: ProjectConfig, table: Table, not_run: dict[tuple[Layer, str], str],

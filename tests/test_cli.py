@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from bronze.job import BronzeJob
 from framework.cli import main
-from framework.job import RunContext, RunStatus, TriggerPolicy
+from framework.job import RunContext, RunStatus, StopSignal, TriggerPolicy
 from tests.support import (
     Lakehouse,
     archived_files,
@@ -81,6 +81,54 @@ def test_continuous_mode_picks_up_new_files_until_stopped(
     assert summary.status is RunStatus.STOPPED  # type: ignore[attr-defined]
     assert summary.rows_out == 15  # type: ignore[attr-defined]
     assert spark.read.format("delta").load(table.location).count() == 15
+
+
+def test_a_continuous_run_keeps_every_feed_running_at_once(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    from framework.runner import run_until_stopped
+
+    for name in ("orders", "returns"):
+        lakehouse.add_table("bronze", name, bronze_spec(path=f"landing/{name}"))
+        write_order_files(lakehouse.path("landing", name), files=1, per_file=5, prefix=name)
+    lakehouse.write_env(processing_interval="1 second")
+    project = lakehouse.project()
+    tables = project.in_flow_order(project.tables)
+    locations = [t.location for t in tables]
+    stop = StopSignal()
+    seen: list[str] = []
+
+    def watch() -> None:  # (the run holds this thread, for its signal handlers)
+        deadline = time.monotonic() + 300
+        try:
+            while not all(_rows(spark, location) == 5 for location in locations):
+                assert time.monotonic() < deadline, "timed out waiting for both feeds"
+                time.sleep(0.5)
+            seen.append("both feeds")
+            # both queries keep running: a file landed now in either feed is read
+            write_order_files(lakehouse.path("landing", "returns"), files=1, per_file=3,
+                              start=50, prefix="later")
+            while _rows(spark, locations[1]) < 8:
+                assert time.monotonic() < deadline, "timed out waiting for the later file"
+                time.sleep(0.5)
+            seen.append("the later file")
+        finally:
+            stop.request("test")
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    summary = run_until_stopped(spark, project, tables, continuous=True, stop=stop)
+    watcher.join()
+    assert seen == ["both feeds", "the later file"]
+    assert [(t.table.rsplit(".", 1)[-1], t.status) for t in summary.tables] == [
+        ("orders", RunStatus.STOPPED), ("returns", RunStatus.STOPPED)]
+
+
+def _rows(spark: SparkSession, location: str) -> int:
+    try:
+        return spark.read.format("delta").load(location).count()
+    except Exception:  # (not created yet)
+        return 0
 
 
 def test_status_reports_rows_batches_and_backlog(
@@ -173,15 +221,22 @@ def _sales_lake(lakehouse: Lakehouse) -> None:
         {"store_id": f"s{i}", "region": "west" if i else "east"} for i in range(3)])
 
 
+@pytest.mark.parametrize("parallel", ["1", "3"])
 def test_run_all_on_a_fresh_lake_makes_its_schemas_and_skips_only_what_reads_a_failure(
     spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str], parallel: str
 ) -> None:
     _sales_lake(lakehouse)
     summary_path = tmp_path / "summary.json"
     code = main(_args(lakehouse, "run", "all", "--summary", str(summary_path),
-                      "--log-format", "json"))
+                      "--log-format", "json", "--parallel", parallel))
     assert code == 1  # one feed failed
+    # the summary in flow order, however the tables ran
+    assert [(t["layer"], t["table"].rsplit(".", 1)[-1]) for t in json.loads(
+        summary_path.read_text())["tables"]] == [
+        ("bronze", "broken"), ("bronze", "orders"), ("bronze", "stores"),
+        ("silver", "broken"), ("silver", "orders"), ("silver", "stores"),
+        ("gold", "a_sales_by_region")]
     tables = {t["table"].rsplit(".", 1)[-1] + "@" + t["layer"]: t
               for t in json.loads(summary_path.read_text())["tables"]}
     status = {name: t["status"] for name, t in tables.items()}
@@ -192,10 +247,28 @@ def test_run_all_on_a_fresh_lake_makes_its_schemas_and_skips_only_what_reads_a_f
     assert "medallion init" in tables["broken@bronze"]["error"]
     assert tables["broken@silver"]["error"] == (
         f"it reads spark_catalog.{lakehouse.schemas['bronze']}.broken, which failed")
-    out = capsys.readouterr().out
-    assert "broken skipped: it reads" in out  # the printed summary says why
+    captured = capsys.readouterr()
+    assert "broken skipped: it reads" in captured.out  # the printed summary says why
     mart = f"{lakehouse.schemas['gold']}.a_sales_by_region"
     assert spark.table(mart).count() == 9
+
+    # When each job started and ended, in the order the events were written: one after
+    # another, or the bronze feeds at once, and every table after those it reads
+    events = [(e["event"].removeprefix("job."), e["table"].rsplit(".", 1)[-1] + "@" + e["layer"])
+              for line in captured.err.splitlines() if line.startswith("{")
+              for e in [json.loads(line)] if e["event"] in ("job.started", "job.finished")]
+    at = {event: i for i, event in enumerate(events)}
+    bronze = ["broken@bronze", "orders@bronze", "stores@bronze"]
+    if parallel == "1":
+        assert [name for kind, name in events if kind == "started"] == [
+            name for name in status if name != "broken@silver"]
+        assert all(events[i][1] == events[i + 1][1] for i in range(0, len(events), 2))
+    else:
+        assert max(at[("started", b)] for b in bronze) < min(at[("finished", b)] for b in bronze)
+    for table, reads in (("orders@silver", ["orders@bronze"]), ("stores@silver", ["stores@bronze"]),
+                         ("a_sales_by_region@gold", ["orders@silver", "stores@silver"])):
+        assert at[("started", table)] > max(at[("finished", r)] for r in reads)
+    assert ("started", "broken@silver") not in at  # skipped
 
 
 def test_status_works_on_an_empty_lake_missing_tables_and_views(

@@ -8,7 +8,15 @@ import os
 import sys
 from typing import Any
 
-from framework.commands import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, project_of, spark_for, write_json
+from framework.commands import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_OK,
+    positive_int,
+    project_of,
+    spark_for,
+    write_json,
+)
 from framework.config.model import Layer, Runtime
 from framework.errors import ConfigError
 from framework.jvm import set_log_level
@@ -35,6 +43,9 @@ def add_commands(commands: Commands) -> None:
     p.add_argument("--summary", metavar="PATH", default=os.environ.get("MEDALLION_DEMO_SUMMARY"),
                    help="also write the summary as JSON here (default $MEDALLION_DEMO_SUMMARY, "
                    "if set)")
+    p.add_argument("--parallel", type=positive_int, metavar="N",
+                   help="tables run at once, those that do not read each other (default: the "
+                   "cores of a local master, at most 4; 1 runs them one after another)")
     p.add_argument("--generate-only", action="store_true",
                    help="write the feed into the root's landing/ folders and stop (to land it "
                    "elsewhere with `medallion land`)")
@@ -78,13 +89,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # lines) before bronze quarantines the file.
         set_log_level(spark, "OFF")
     tables = select_tables(project, None)
-    runs = [run_until_stopped(spark, project, tables, False, watch=_print_progress)]
+    runs = [run_until_stopped(spark, project, tables, False, watch=_print_progress,
+                              parallel=args.parallel)]
     later = demo.deliver_later(project) if runs[0].status is RunStatus.SUCCEEDED else []
     if later:
         fed = project.fed_by([project.table("orders", Layer.BRONZE)])
         print(f"a later delivery lands ({', '.join(os.path.basename(f) for f in later)}): "
               f"running {', '.join(t.full_name for t in fed)} again", flush=True)
-        runs.append(run_until_stopped(spark, project, fed, False, watch=_print_progress))
+        runs.append(run_until_stopped(spark, project, fed, False, watch=_print_progress,
+                                      parallel=args.parallel))
     result = demo.summarize(spark, project, demo.combine([r.to_dict() for r in runs]), feed,
                             generated)
     print()
