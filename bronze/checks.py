@@ -80,6 +80,8 @@ class FileChecks:
         """The files that made a batch's write fail, with the reason: the one the error
         names, if it fails again alone (a fault of the store that does not repeat is not the
         file's), else those that fail on their own (:func:`find_failing`)."""
+        if stopped(error):  # (the batch was stopped: no file is to blame)
+            return {}
         short = isinstance(error, ShortRead)
         named = (error.path, error.reason) if isinstance(error, ShortRead) \
             else failing_file(self.spark, error)
@@ -142,6 +144,8 @@ def find_failing(files: Sequence[str], probe: Callable[[Sequence[str]], None],
         try:
             probe(group)
         except Exception as exc:
+            if stopped(exc):  # (the read was stopped, not refused: the batch fails)
+                raise
             if len(group) == 1:
                 named = failing_file(spark, exc)
                 failing[group[0]] = named[1] if named else first_line(exc)[:300]
@@ -153,6 +157,30 @@ def find_failing(files: Sequence[str], probe: Callable[[Sequence[str]], None],
     if files:
         search(list(files))
     return failing
+
+
+# What an error says when the batch was stopped rather than refused by a file: its jobs
+# cancelled (a query stopped, a second stop signal, the SparkContext shut down), its thread
+# interrupted, the driver's JVM or the Spark Connect session gone.
+STOPPED = ("SPARK_JOB_CANCELLED", "OPERATION_CANCELED", "cancelled part of cancelled job group",
+           "SparkContext was shut down", "SparkContext has been shutdown",
+           "InterruptedException", "ClosedByInterruptException", "Py4JNetworkError",
+           "Answer from Java side is empty", "Error while receiving", "Error while sending",
+           "NO_ACTIVE_SESSION", "SESSION_CLOSED", "SESSION_CHANGED", "SESSION_NOT_FOUND")
+
+
+def stopped(error: BaseException) -> bool:
+    """Whether ``error`` (or one of its causes) says the work was stopped (:data:`STOPPED`):
+    a file read then is never blamed on the file."""
+    current: BaseException | None = error
+    for _ in range(20):
+        if current is None:
+            return False
+        text = f"{type(current).__name__}: {current}"
+        if any(marker in text for marker in STOPPED):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def reads_alone(files: Sequence[str], probe: Callable[[Sequence[str]], None]) -> bool:

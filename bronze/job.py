@@ -234,6 +234,8 @@ class BronzeJob(StreamingJob):
                 raise
             except Exception as exc:
                 self._refuse_schema_change(exc, batch_id)
+                if self.ctx.stop.is_set():  # (a stop may have cancelled the read: the batch
+                    raise                   # runs again, whole, at the next start)
                 culprits = checks.failing(exc, readable, batch_id)
                 if not culprits:
                     raise

@@ -126,6 +126,9 @@ class StopSignal:
         finally:
             self._forwarding = False
 
+    def is_forced(self) -> bool:
+        return self._forced.is_set()
+
     def check_forced(self) -> None:
         """Raise :class:`KeyboardInterrupt` (the signal's name) after :meth:`force`."""
         if self._forced.is_set():

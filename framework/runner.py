@@ -152,14 +152,17 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
 
     This thread starts each table on a daemon thread of its own once the tables it reads
     have ended, and hands every result to ``end`` (skips too, with ``skip_reason``'s
-    reason), so the bookkeeping stays on one thread. A second stop signal, which only this
-    thread receives, is passed on to the jobs instead of interrupting it
-    (:meth:`StopSignal.force`): each job interrupts itself as a job run here would be."""
+    reason), so the bookkeeping stays on one thread.
+
+    A second stop signal, which only this thread receives, ends the run at once, as it ends a
+    run of one table at a time: the streaming queries still running are stopped and their
+    tables end failed ("interrupted by a second signal"), whatever step their job was in;
+    the next run takes what they left, as after a kill."""
     selected = {(t.layer, t.name) for t in tables}
     waits_for = {(t.layer, t.name): {u for u in t.spec.upstream() if u in selected}
                  for t in tables}
     pending = list(tables)
-    running: set[tuple[Layer, str]] = set()
+    running: dict[tuple[Layer, str], Table] = {}
     ended: set[tuple[Layer, str]] = set()
     results: queue.Queue[tuple[Table, TableRunSummary]] = queue.Queue()
 
@@ -171,8 +174,21 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
                                      error=f"{type(exc).__name__}: {first_line(exc)}")
         results.put((table, result))
 
+    def take(table: Table, result: TableRunSummary) -> None:
+        del running[(table.layer, table.name)]
+        ended.add((table.layer, table.name))
+        end(table, result)
+
     with ctx.stop.forwarding():
         while pending or running:
+            if ctx.stop.is_forced():
+                with contextlib.suppress(queue.Empty):
+                    while True:  # (what ended before)
+                        take(*results.get_nowait())
+                _interrupt(spark, list(running.values()), ctx, take)
+                for table in pending:
+                    end(table, _skipped(table, f"a stop was requested ({ctx.stop.reason})"))
+                return
             for table in list(pending):
                 key = (table.layer, table.name)
                 if not waits_for[key] <= ended:
@@ -185,7 +201,7 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
                     ended.add(key)
                     end(table, _skipped(table, reason))
                     continue
-                running.add(key)
+                running[key] = table
                 threading.Thread(target=work, args=(table,), daemon=True,
                                  name=f"job {table.full_name}").start()
             if not running:
@@ -194,10 +210,23 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
                                        f"found {[t.full_name for t in pending]} waiting")
                 continue
             with contextlib.suppress(queue.Empty):
-                table, result = results.get(timeout=1.0)
-                running.discard((table.layer, table.name))
-                ended.add((table.layer, table.name))
-                end(table, result)
+                take(*results.get(timeout=1.0))
+
+
+def _interrupt(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
+               take: Callable[[Table, TableRunSummary], None]) -> None:
+    """End ``tables``, whose jobs still run, failed by a second stop signal, their streaming
+    queries stopped (a job in its query's loop stops it too, and says so itself)."""
+    for table in tables:
+        get_logger(env=table.env.name, layer=table.layer.value, table=table.full_name,
+                   run_id=ctx.run_id).warning("job.stop.forced", signal=ctx.stop.forced_by)
+        take(table, TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
+                                    error="interrupted by a second signal"))
+    for query in spark.streams.active:
+        try:
+            query.stop()
+        except Exception as exc:  # (the JVM may be going: the next run takes what is left)
+            get_logger(run_id=ctx.run_id).warning("job.stop.failed", error=first_line(exc))
 
 
 def _skip_reason(project: ProjectConfig, table: Table, not_run: dict[tuple[Layer, str], str],

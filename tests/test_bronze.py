@@ -675,3 +675,49 @@ def test_a_run_through_the_hadoop_file_system_keeps_the_same_guarantees(
     statuses = {r["status"] for r in spark.table(table.qualified("files")).collect()}
     assert statuses == {"archived", "quarantined"}
     assert summary.counts["files_archived"] == 3 and summary.counts["files_quarantined"] == 1
+
+
+def test_a_read_stopped_by_a_cancelled_job_blames_no_file(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A batch whose jobs are cancelled (its query stopped, a second stop signal) fails, and
+    runs again whole at the next start: the search for an unreadable file does not blame the
+    file the cancelled read was reading."""
+    import threading
+
+    from bronze.checks import find_failing, stopped
+
+    good = tmp_path / "good.json"
+    write_json_lines(good, [{"order_id": "o1"}])
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(b'{"order_id": "o2"}\n' * 1000)[:60])
+
+    errors: list[BaseException] = []
+
+    def long_job() -> None:
+        spark.sparkContext.setJobGroup("to-cancel", "a read stopped halfway")
+        try:
+            spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id)").collect()
+        except Exception as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=long_job)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not spark.sparkContext.statusTracker().getJobIdsForGroup("to-cancel"):
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+    spark.sparkContext.cancelJobGroup("to-cancel")
+    worker.join(timeout=120)
+    (cancelled,) = errors
+    assert stopped(cancelled)
+
+    def probe(files: list[str]) -> None:  # a read of the good file, cancelled as it ran
+        spark.read.text(files).count()
+        raise cancelled
+
+    with pytest.raises(type(cancelled)):
+        find_failing([str(good)], probe, spark)
+    # a file that cannot be read is still found, with Spark's reason
+    failing = find_failing([str(good), str(cut)],
+                           lambda files: spark.read.text(files).foreach(lambda _: None), spark)
+    assert list(failing) == [str(cut)] and not stopped(Exception(failing[str(cut)]))

@@ -81,6 +81,43 @@ def test_sigterm_stops_at_a_batch_boundary_and_a_restart_continues(
     assert sorted(r[0] for r in df.select("order_id").collect()) == sorted(ids)
 
 
+def test_two_signals_interrupt_every_table_running_at_once(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    feeds = ("orders", "returns")
+    ids = []
+    for name in feeds:
+        lakehouse.add_table("bronze", name, bronze_spec(path=f"landing/{name}",
+                                                        max_files_per_trigger=1))
+        ids += write_order_files(lakehouse.path("landing", name), files=4, per_file=PER_FILE,
+                                 start=0 if name == "orders" else 1000)
+    summary_path = lakehouse.base / "summary.json"
+    run = CliRun(["run", "bronze", "--parallel", "2", "--summary", str(summary_path)],
+                 lakehouse.cli_env())
+    names = {lakehouse.project().table(n).full_name for n in feeds}
+    committed: set[str] = set()
+    while committed != names:  # both running: each has committed a batch
+        committed.add(run.wait_for("bronze.batch.committed")["table"])
+    run.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    run.proc.send_signal(signal.SIGTERM)
+    code, _ = run.finish()
+    assert code == 1, "".join(run.lines[-20:])
+    tables = json.loads(summary_path.read_text())["tables"]
+    assert [t["status"] for t in tables] == ["failed", "failed"], tables
+    assert {t["error"] for t in tables} == {"interrupted by a second signal"}
+    forced = [e["table"] for e in run.all_events if e["event"] == "job.stop.forced"]
+    assert set(forced) == names
+
+    # what they left is taken by the next run: every order once
+    rerun = CliRun(["run", "bronze"], lakehouse.cli_env())
+    code, _ = rerun.finish()
+    assert code == 0, "".join(rerun.lines[-20:])
+    rows = [spark.read.format("delta").load(lakehouse.project().table(n).location)
+            for n in feeds]
+    assert sorted(r[0] for df in rows for r in df.select("order_id").collect()) == sorted(ids)
+
+
 SIGNAL_DURING_A_LOG_LINE = """
 import os, signal, sys
 from framework.job import StopSignal
