@@ -49,6 +49,8 @@ from framework.logging import LogFormat, configure_logging, get_logger
 from framework.redaction import redacted_output
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from framework.config.model import ProjectConfig
     from framework.journal import Record
 
@@ -118,7 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For each configured table: rows, Delta version, last "
                        "committed batch of its checkpoint, and files waiting in landing; for "
                        "a Kafka or Event Hubs feed, per partition the offset reached, the "
-                       "latest offset and the lag.")
+                       "latest offset and the lag. On a local or ADLS root it reads the "
+                       "tables' Delta logs, parquet footers, checkpoints and landing without "
+                       "starting Spark and without the lake's lease, so it answers while a run "
+                       "holds the lake; rows it cannot read there are NULL (a view's, a "
+                       "table's whose log holds no row counts): --count counts them with Spark. "
+                       "A Kafka feed's offsets, and any other root, are read with Spark.")
+    p.add_argument("--count", action="store_true",
+                   help="start Spark and count what the files do not say: a view's rows, a "
+                   "table's whose log holds no row counts (takes the lake's lease)")
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
@@ -363,11 +373,18 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from framework.status import table_status
+    from framework.status import logged_status, table_status, without_spark
 
     project = project_of(args)
-    spark = spark_for(project, "medallion-status")
-    rows = [table_status(spark, t) for t in project.tables]
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:  # Spark (and the lease) only for what needs them
+        if not started:
+            started.append(spark_for(project, "medallion-status"))
+        return started[0]
+
+    rows = [logged_status(t, session, count=args.count) if without_spark(t)
+            else table_status(session(), t) for t in project.tables]
     print_table(
         ["table", "kind", "rows", "version", "last batch", "pending files", "pending bytes"],
         [[r.table, r.kind, r.rows, r.version, r.last_batch, r.pending_files, r.pending_bytes]
@@ -385,7 +402,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r.table}: {len(r.skipped)} file(s) in landing will never be read: a name "
                   f"starting with '.' or '_' is skipped by Spark's file source; rename them "
                   f"to ingest them: {shown}")
-    open_now = open_operation(project, spark)
+    open_now = open_operation(project, started[0] if started else None)
     if open_now is not None:
         print(f"refresh {open_now.op} is open ({open_now.state.value} since {open_now.at}): "
               f"the next 'medallion run' or 'medallion refresh' completes it")

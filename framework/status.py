@@ -1,22 +1,41 @@
 """The state of each configured table: kind, rows, Delta version, checkpoint, backlog (files
 waiting in landing, or for a Kafka feed the offsets per partition and the lag).
 
+Two readers give one :class:`TableStatus`:
+
+- :func:`logged_status` reads what the lake's files say, without Spark: a Delta table's log
+  (:mod:`framework.deltalog`), a parquet table's footers, the checkpoint, landing. It is what
+  ``medallion status`` runs on a local or ADLS root: no JVM, no catalog, no lake lease. Where
+  the files cannot say (a view's rows, a table whose log holds no row counts, a parquet table
+  on ADLS) the rows are None, unless it is asked to count them with Spark; a Kafka feed's
+  offsets are read with Spark (the offsets reached are in its rows).
+- :func:`table_status` asks a live Spark session's catalog: the rows by ``count()``, the
+  version by ``DESCRIBE HISTORY``. The report uses it, and ``status`` for a root Spark alone
+  reaches (``hdfs://``, ``dbfs:/``, ADLS with the cluster's credentials).
+
 Works on any lake: a table not created yet is reported as missing, a view (a gold mart) with
 its rows and no version, a table that is not Delta (a bucketed parquet table) without one.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from framework.checkpoint import last_committed_batch
-from framework.config.model import Table
+from framework.config.model import Stored, Table, TableSpec
 from framework.identifiers import quote_name
-from framework.storage import UPLOADING_SUFFIX, storage_for
+from framework.storage import UPLOADING_SUFFIX, local_path, scheme_of, storage_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# A Spark session started on first use (and then the same one): the caller's way to give
+# logged_status a session only if it needs one.
+Session = Callable[[], "SparkSession"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,7 @@ class TableStatus:
 
 
 def table_status(spark: SparkSession, table: Table) -> TableStatus:
+    """The table's state as a live session's catalog gives it (rows counted by a query)."""
     kind, rows, version, last_commit = "missing", None, None, None
     if spark.catalog.tableExists(table.full_name):
         kind = _kind(spark, table.full_name)
@@ -49,6 +69,55 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
             history = spark.sql(f"DESCRIBE HISTORY {quote_name(table.full_name)} LIMIT 1").collect()
             version = int(history[0]["version"]) if history else None
             last_commit = history[0]["timestamp"] if history else None
+    offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
+    return _with_progress(table, kind, rows, version, last_commit, offsets, spark)
+
+
+def logged_status(table: Table, session: Session, *, count: bool = False) -> TableStatus:
+    """The table's state as the lake's files say it, for a root :func:`without_spark` says
+    they can be read from. ``session`` is called only for what the files cannot say: a Kafka
+    feed's offsets, and with ``count`` the rows of a view, of a table whose log holds no row
+    counts (read whole), of a parquet table whose footers are not in reach (the catalog then
+    answers for the table whole: :func:`table_status`)."""
+    from framework.deltalog import read_state
+
+    stored = table.spec.stored()
+    kind, rows, version, last_commit = "missing", None, None, None
+    if stored is Stored.DELTA:
+        state = read_state(table.location, table.env)
+        if state is not None:
+            kind, rows, version, last_commit = ("delta", state.rows, state.version,
+                                                state.last_commit)
+    elif stored is Stored.PARQUET:
+        if storage_for(table.location, table.env).exists(table.location):
+            kind, rows = "parquet", _footer_rows(table.location)
+    elif _upstream_exist(table):
+        # A view lives in the catalog only: the files say it can be (what it reads is
+        # there), the catalog that it is (with count).
+        kind = "view"
+    if count and kind == "delta" and rows is None:
+        rows = session().read.format("delta").load(table.location).count()
+    elif count and kind != "missing" and rows is None:
+        return table_status(session(), table)
+    offsets = None
+    if kind != "missing" and _reports_offsets(table.spec):
+        offsets = table.spec.source_offsets(session(), table)
+    return _with_progress(table, kind, rows, version, last_commit, offsets, None)
+
+
+def without_spark(table: Table) -> bool:
+    """Whether :func:`logged_status` can read the table's files without Spark (a local root,
+    or ADLS with the environment's credentials)."""
+    from framework.deltalog import readable
+
+    return readable(table.env)
+
+
+def _with_progress(table: Table, kind: str, rows: int | None, version: int | None,
+                   last_commit: datetime | None, offsets: list[dict[str, Any]] | None,
+                   spark: SparkSession | None) -> TableStatus:
+    """The status with the checkpoint's last batch and the backlog in landing (through
+    ``spark``'s file system when given one, else by the path's scheme)."""
     batch = last_committed_batch(table.checkpoint, storage_for(table.checkpoint, table.env,
                                                                spark))
     pending = pending_bytes = None
@@ -62,9 +131,42 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
                                and not f.path.endswith(UPLOADING_SUFFIX)))
     else:
         skipped = ()
-    offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
     return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
                        pending, pending_bytes, skipped, tuple(offsets or ()), last_commit)
+
+
+def _reports_offsets(spec: TableSpec) -> bool:
+    """Whether the spec's kind reports source offsets (overrides the hook's default)."""
+    return type(spec).source_offsets is not TableSpec.source_offsets
+
+
+def _upstream_exist(table: Table) -> bool:
+    """Whether every table a view reads is in the lake (its folder: a Delta table's holds its
+    log from its creation on, a parquet table's its files)."""
+    for layer, name in table.spec.upstream():
+        location = table.env.path("tables", layer.value, name)
+        if not storage_for(location, table.env).exists(location):
+            return False
+    return True
+
+
+def _footer_rows(location: str) -> int | None:
+    """The rows of a parquet table's data files, from their footers (the files Spark reads:
+    none under a folder whose name starts with '.' or '_', but a partition's ``_c=v``); None
+    when pyarrow is not installed or the table is not on a local disk."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    if scheme_of(location) not in ("", "file"):
+        return None
+    rows = 0
+    for folder, dirs, files in os.walk(local_path(location)):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_")) or "=" in d]
+        for name in files:
+            if not name.startswith((".", "_")) and not name.endswith(".crc"):
+                rows += pq.read_metadata(os.path.join(folder, name)).num_rows
+    return rows
 
 
 def _hidden(path: str) -> bool:

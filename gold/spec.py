@@ -54,6 +54,7 @@ from framework.config.model import (
     RebuildMethod,
     SqlKind,
     SqlText,
+    Stored,
     Table,
     TableSpec,
 )
@@ -305,6 +306,10 @@ class MartSpec(GoldSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.fact.layer, self.fact.table),
                 *((d.layer, d.table) for d in self.dimensions)]
+
+    def stored(self) -> Stored:
+        """A Delta table when materialized, else a view."""
+        return Stored.DELTA if self.materialize else Stored.VIEW
 
     def rebuild(self, table: Table) -> Rebuild | None:
         """A materialized mart: its table emptied and what it was built from forgotten, so

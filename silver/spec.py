@@ -42,6 +42,7 @@ from framework.config.model import (
     RebuildMethod,
     SqlKind,
     SqlText,
+    Stored,
     Table,
     TableSpec,
 )
@@ -261,6 +262,9 @@ class SilverTableSpec(TableSpec):
 
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
+
+    def stored(self) -> Stored:
+        return Stored.PARQUET if self.format is TableFormat.PARQUET else Stored.DELTA
 
     def rebuild(self, table: Table) -> Rebuild:
         """Its stream's checkpoint, its table and its companions (quarantine, change log)."""

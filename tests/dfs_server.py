@@ -3,7 +3,9 @@ uses, and the Blob ones the SDK routes some of them through, held in memory.
 
 Implemented as the REST API reference describes them (path-style URLs,
 ``http://127.0.0.1:<port>/<account>/<filesystem>/<path>``): file system create and properties
-(``restype=container``, ``resource=filesystem``); path create (``resource=file|directory``),
+(``restype=container``, ``resource=filesystem``); the Blob service's List Blobs
+(``restype=container&comp=list``: ``prefix``, ``startFrom``, ``marker``, an XML page), which
+object stores such as ``deltalake``'s list through; path create (``resource=file|directory``),
 append and flush, rename (``x-ms-rename-source``), delete, properties (HEAD), read (GET with a
 range) and list (``resource=filesystem&recursive=...``, at most ``maxResults`` paths a page,
 ``x-ms-continuation`` for the next). Errors carry ``x-ms-error-code`` and a JSON body.
@@ -163,6 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
                                "exist.")
         if method in ("GET", "HEAD") and query.get("resource") == "filesystem":
             return self._list(name, query)
+        if method == "GET" and query.get("comp") == "list":
+            return self._list_blobs(name, query)
         if method in ("GET", "HEAD"):
             return self._reply(200, headers={"Last-Modified": _http_date(datetime.now(UTC))})
         if method == "DELETE":
@@ -195,6 +199,32 @@ class _Handler(BaseHTTPRequestHandler):
             headers["x-ms-continuation"] = str(start + size)
         self._reply(200, json.dumps({"paths": paths}).encode(), headers,
                     content_type="application/json")
+
+    def _list_blobs(self, name: str, query: dict[str, str]) -> None:
+        """List Blobs: the files (not the directories) whose name starts with ``prefix``, from
+        ``startFrom`` on (inclusive) and after ``marker``, a page at most, in name order."""
+        from xml.sax.saxutils import escape
+
+        fs = self.lake.filesystems[name]
+        prefix, start = query.get("prefix", ""), query.get("startFrom", "")
+        names = sorted(p for p, e in fs.items()
+                       if not e.is_dir and p.startswith(prefix) and p >= start)
+        begin = int(query.get("marker") or 0)
+        size = min(int(query.get("maxresults") or MAX_RESULTS), MAX_RESULTS)
+        page = names[begin:begin + size]
+        blobs = "".join(
+            f"<Blob><Name>{escape(p)}</Name><Properties>"
+            f"<Last-Modified>{_http_date(fs[p].modified)}</Last-Modified>"
+            f"<Etag>0x{fs[p].etag:x}</Etag><Content-Length>{len(fs[p].data)}</Content-Length>"
+            "<Content-Type>application/octet-stream</Content-Type>"
+            "<BlobType>BlockBlob</BlobType><ResourceType>file</ResourceType>"
+            "</Properties></Blob>" for p in page)
+        after = str(begin + size) if begin + size < len(names) else ""
+        body = ('<?xml version="1.0" encoding="utf-8"?><EnumerationResults '
+                f'ContainerName="{escape(name)}"><Prefix>{escape(prefix)}</Prefix>'
+                f"<MaxResults>{size}</MaxResults><Blobs>{blobs}</Blobs>"
+                f"<NextMarker>{after}</NextMarker></EnumerationResults>")
+        self._reply(200, body.encode(), content_type="application/xml")
 
     # ------------------------------------------------------------------ paths
     def _path(self, method: str, name: str, path: str, query: dict[str, str],

@@ -276,6 +276,14 @@ class SqlText(NamedTuple):
     text: str
 
 
+class Stored(StrEnum):
+    """How a table's rows are kept, as ``medallion status`` reads them without Spark."""
+
+    DELTA = "delta"  # a Delta table at its location: its log says version and rows
+    PARQUET = "parquet"  # a (Hive-bucketed) parquet table at its location: its files' footers
+    VIEW = "view"  # a view in the catalog: no rows of its own, a query counts them
+
+
 class RebuildMethod(StrEnum):
     """How ``medallion refresh`` rebuilds a table from its sources."""
 
@@ -316,6 +324,10 @@ class TableSpec(Model):
     def backlog_path(self, table: Table) -> str | None:
         """A folder whose files wait for this table (bronze's landing zone); None by default."""
         return None
+
+    def stored(self) -> Stored:
+        """How the table keeps its rows; a Delta table by default."""
+        return Stored.DELTA
 
     def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
         """For a table fed by a log of records (Kafka): per topic and partition, the offset
