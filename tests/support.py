@@ -356,9 +356,13 @@ def run_quickstart(spark: Any, base: Path) -> QuickstartLake:
 CONSOLE_EVENT = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z \[(?:debug|info|warning|error|critical) *\] "
     r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+(?: +[A-Za-z_][A-Za-z0-9_]*=.*)?")
-# A line the framework prints on stderr itself, not as an event: a command's error, a cut
-# output's note under JSON lines.
-OWN_STDERR = re.compile(r"(?:error|warning|note): \S.*|output cut at \d+ rows?: .*")
+# A line the framework prints on stderr itself, not as an event: a command's error, the
+# configuration's problems (framework.errors.ConfigValidationError), a cut output's note under
+# JSON lines, a command line that names nothing to do (run, land, demo).
+OWN_STDERR = re.compile(r"(?:error|warning|note): \S.*|\d+ configuration problem\(s\):"
+                        r"|  - \[[\w ]+\] \S.*|output cut at \d+ rows?: .*"
+                        r"|no tables configured for layer .*|expected files to upload, .*"
+                        r"|the demo runs on a lakehouse root on this machine .*")
 # What Spark, Hadoop, log4j or the JVM print: Spark's log layout (yy/MM/dd HH:mm:ss LEVEL
 # logger:), the JVM's warnings, log4j's and SLF4J's own, a Java stack.
 FOREIGN = re.compile(
