@@ -52,7 +52,8 @@ def common_options() -> argparse.ArgumentParser:
         help="if another command holds the lake, wait for it (default: exit 2 at once)")
     common.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"],
-        help="default: info; warning for the demo, whose progress lines say what happens"
+        help="default: info; warning for the demo, whose progress lines say what happens. "
+        "Spark's own log only with debug"
     )
     return common
 

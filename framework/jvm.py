@@ -16,6 +16,7 @@ file operations                Hadoop ``FileSystem`` (any scheme)     the local 
                                                                       ADLS SDK; other schemes
                                                                       refused by ``validate``
 Spark's log level              ``SparkContext.setLogLevel``           the server's setting
+the driver JVM's stderr        :func:`launch_driver` filters it       the server's log file
 a class on the classpath       ``Class.forName``                      the server's concern
 the listener's session         the JVM session                        the session id
 pruning evidence               the executed plan's scan nodes         ``DataFrame.executionInfo``
@@ -26,12 +27,15 @@ the optimizer's size estimate  the optimized plan's statistics        ``EXPLAIN 
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any
+import threading
+from collections.abc import Mapping
+from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from framework.errors import SessionError, UsageError
+from framework.errors import SessionError, UsageError, first_line
 
 
 def is_connect(spark: Any) -> bool:
@@ -69,6 +73,63 @@ def set_log_level(spark: SparkSession, level: str) -> None:
     """Spark's log level in a classic driver; a Connect server keeps its own."""
     if not is_connect(spark):
         spark.sparkContext.setLogLevel(level)
+
+
+# What the driver JVM prints on stderr outside Spark's log, for no fault of the command:
+# * Spark's launcher always adds --add-modules=jdk.incubator.vector to the java command
+#   (org.apache.spark.launcher.JavaModuleOptions), and the JVM announces every incubator
+#   module on stderr; no option of java 17 or 21 silences it, and log4j never sees it;
+# * Spark takes pyspark's driver for a shell and says, in two lines, which level a shell's
+#   log gets (WARN) when the root logger's differs (off: framework.session.QUIET_LOG4J2).
+JVM_NOTICES = ("WARNING: Using incubator modules: ", "Setting default log level to ",
+               "To adjust logging level use sc.setLogLevel(")
+
+
+def launch_driver(settings: Mapping[str, str], *, notices: bool = False) -> None:
+    """Start this process's classic driver JVM, as ``SparkSession.builder.getOrCreate`` would
+    with ``settings`` (spark-submit's ``--conf``), its stderr passed on line by line but for
+    the JVM's own notices (:data:`JVM_NOTICES`; all of them with ``notices``). Nothing if the
+    process has a driver JVM already (a session was made before, or spark-submit started it).
+
+    A JVM that cannot start (no java, a bad option) has said why on stderr before this
+    raises a :class:`SessionError`."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    read_end, write_end = os.pipe()
+    passing = threading.Thread(target=_pass_on, args=(os.fdopen(read_end, "rb"), notices),
+                               name="driver-jvm-stderr", daemon=True)
+    passing.start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    except PySparkRuntimeError as exc:
+        passing.join(timeout=5)  # what the JVM said before it ended comes first
+        raise SessionError(f"expected Spark's driver JVM to start, found it ended at once "
+                           f"(its reason is above; {first_line(exc)})") from None
+    finally:
+        os.close(write_end)  # the JVM holds its own copy: the pipe ends when the JVM does
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _pass_on(stream: IO[bytes], notices: bool) -> None:
+    with stream:
+        for line in stream:
+            if notices or not line.decode(errors="replace").startswith(JVM_NOTICES):
+                _write_stderr(line)
+
+
+def _write_stderr(data: bytes) -> None:
+    # The file descriptor, as the JVM wrote before: one write per line, whatever Python's
+    # sys.stderr is (a command's redacting writer, a test's capture).
+    try:
+        while data:
+            data = data[os.write(2, data):]
+    except OSError:  # stderr closed: the JVM's line has nowhere to go, as before
+        pass
 
 
 def configured_jars(spark: SparkSession) -> str:

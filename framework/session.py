@@ -33,7 +33,13 @@ from pyspark.sql import SparkSession
 from framework.config.model import Environment, Runtime
 from framework.config.secrets import SecretRef
 from framework.errors import DeltaNotAvailableError, SessionError, first_line
-from framework.jvm import configured_jars, hadoop_version, has_class, set_log_level
+from framework.jvm import (
+    configured_jars,
+    hadoop_version,
+    has_class,
+    launch_driver,
+    set_log_level,
+)
 from framework.logging import get_logger
 from framework.redaction import spark_redaction
 from framework.storage import local_path
@@ -263,21 +269,23 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
 
 
 def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
-    from delta import configure_spark_with_delta_pip
-
     settings, _ = local_settings(env)
     settings.update(conf)
     settings.update(spark_redaction(settings))
     jars = cached_jars()
     if jars:
         settings["spark.jars"] = ",".join(jars)
-    builder = SparkSession.builder.master(env.master).appName(app_name)
+    else:  # resolved by Spark from Maven Central, as delta's configure_spark_with_delta_pip does
+        settings["spark.jars.packages"] = f"{delta_package()},{kafka_package()}"
+    settings = {"spark.master": env.master, "spark.app.name": app_name, **settings}
+    debug = os.environ.get(JAVA_STACKS) == "1"
+    launch_driver(settings, notices=debug)
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if not jars:
-        builder = configure_spark_with_delta_pip(builder, extra_packages=[kafka_package()])
     spark = builder.getOrCreate()
-    set_log_level(spark, "WARN")
+    if debug:  # (otherwise the quiet configuration keeps Spark's log off from the JVM's start)
+        set_log_level(spark, "WARN")
     if not jars:
         _remember_jars(spark)
     return spark
@@ -285,10 +293,11 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
 
 JAVA_STACKS = "MEDALLION_JAVA_STACKS"  # "1": Spark's log with its Java stacks (--log-level debug)
 QUIET_LOG4J2 = """\
-# Spark's log at WARN, one line per event: no Java stack frames (a task's failure is logged
-# with its whole stack, in the message too). The framework's events say what failed, a line
-# per file; 'medallion ... --log-level debug' shows Spark's log with its stacks.
-rootLogger.level = warn
+# A command's output holds its own lines and its events only: Spark's log is off from the JVM's
+# start ('medallion ... --log-level debug' shows it, with its stacks). The framework's events
+# say what failed, a line per file. A JVM about to die of an error (out of memory...) still
+# says so, in one line.
+rootLogger.level = off
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -297,12 +306,15 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.alwaysWriteExceptions = false
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: \
 %replace{%m}{(?s)[\\n\\r].*}{ (the stack: --log-level debug)}%n
+logger.uncaught.name = org.apache.spark.util.SparkUncaughtExceptionHandler
+logger.uncaught.level = error
+# Where the level is raised (a Spark Connect server's log file, at spark.log.level=WARN), one
+# line per event, and none of these: a failed task is logged by both Executor and
+# TaskSetManager, several lines per file, and the job's events say which file failed and why.
 logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.hive.name = org.apache.hadoop.hive
 logger.hive.level = fatal
-# A failed task is logged by both, several lines per file; the job's events say which file
-# failed and why, and what was done with it.
 logger.executor.name = org.apache.spark.executor.Executor
 logger.executor.level = fatal
 logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
@@ -311,9 +323,14 @@ logger.tasks.level = fatal
 
 
 def quiet_log_config() -> str:
-    """The log4j2 configuration of a local driver whose log shows no Java stacks (written
-    once under the cache folder); see :data:`QUIET_LOG4J2`."""
-    path = _manifest().parent / "log4j2-quiet.properties"
+    """The log4j2 configuration of a driver started here (a local session's, a local Spark
+    Connect server's) that keeps Spark's log off the command's output; see
+    :data:`QUIET_LOG4J2`. Written once under the cache folder, named by its content: another
+    installation's driver (an older release) never reads this one's, nor this one theirs."""
+    import hashlib
+
+    digest = hashlib.sha256(QUIET_LOG4J2.encode()).hexdigest()[:12]
+    path = _manifest().parent / f"log4j2-quiet-{digest}.properties"
     if not path.is_file() or path.read_text(encoding="utf-8") != QUIET_LOG4J2:
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = path.with_suffix(f".{os.getpid()}.tmp")

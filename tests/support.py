@@ -280,8 +280,9 @@ class QuickstartLake:
     root: Path
     first_summary: dict[str, Any]  # of the first demo run
     last_summary: dict[str, Any]  # of the quickstart's last command, the demo again
-    outputs: dict[str, str]  # each command's output, by its text
+    outputs: dict[str, str]  # each command's output (stdout), by its text
     before_last: dict[str, int]  # row counts before the last command
+    errors: dict[str, str]  # each command's stderr, by its text
 
 
 def quickstart_commands() -> list[list[str]]:
@@ -330,6 +331,7 @@ def run_quickstart(spark: Any, base: Path) -> QuickstartLake:
                MEDALLION_DEMO_FILES=str(QUICKSTART_FILES),
                MEDALLION_DEMO_SUMMARY=str(summary_path))
     outputs: dict[str, str] = {}
+    errors: dict[str, str] = {}
     before: dict[str, int] = {}
     first: dict[str, Any] = {}
     for i, command in enumerate(commands):
@@ -340,6 +342,53 @@ def run_quickstart(spark: Any, base: Path) -> QuickstartLake:
         assert done.returncode == 0, f"{shlex.join(command)} exited {done.returncode}:\n" \
                                      f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         outputs[shlex.join(command)] = done.stdout
+        errors[shlex.join(command)] = done.stderr
         if i == 0:
             first = json.loads(summary_path.read_text())
-    return QuickstartLake(root, first, json.loads(summary_path.read_text()), outputs, before)
+    return QuickstartLake(root, first, json.loads(summary_path.read_text()), outputs, before,
+                          errors)
+
+
+# ---------------------------------------------------------------------- what a command prints
+# A structlog event as the console renders it (framework.logging, no colours off a terminal):
+# time, level padded in brackets, the event's dotted name, then key=value pairs (values are
+# repr()'d: one line each).
+CONSOLE_EVENT = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z \[(?:debug|info|warning|error|critical) *\] "
+    r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+(?: +[A-Za-z_][A-Za-z0-9_]*=.*)?")
+# A line the framework prints on stderr itself, not as an event: a command's error, the
+# configuration's problems (framework.errors.ConfigValidationError), a cut output's note under
+# JSON lines, a command line that names nothing to do (run, land, demo).
+OWN_STDERR = re.compile(r"(?:error|warning|note): \S.*|\d+ configuration problem\(s\):"
+                        r"|  - \[[\w ]+\] \S.*|output cut at \d+ rows?: .*"
+                        r"|no tables configured for layer .*|expected files to upload, .*"
+                        r"|the demo runs on a lakehouse root on this machine .*")
+# What Spark, Hadoop, log4j or the JVM print: Spark's log layout (yy/MM/dd HH:mm:ss LEVEL
+# logger:), the JVM's warnings, log4j's and SLF4J's own, a Java stack.
+FOREIGN = re.compile(
+    r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) "
+    r"|WARNING:|NOTE: |Picked up |OpenJDK |log4j|SLF4J|Using Spark's default"
+    r"|\tat |\s*at [\w$.]+\(|Caused by: |\s*\.\.\. \d+ more|Exception in thread "
+    r"|:: (?:loading settings|resolving dependencies|retrieving)|Ivy Default Cache")
+
+
+def is_event_line(line: str) -> bool:
+    """Whether ``line`` is a structlog event: a JSON object with its event, level and time,
+    or an event as the console renders it."""
+    if line.startswith("{"):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return False
+        return isinstance(event, dict) and {"event", "level", "timestamp"} <= event.keys()
+    return CONSOLE_EVENT.fullmatch(line) is not None
+
+
+def foreign_lines(stdout: str, stderr: str) -> list[str]:
+    """The lines of a command's output that are neither its own nor its events: on stdout,
+    any line of Spark's, Hadoop's or the JVM's; on stderr, any line but an event or the
+    framework's own error and notes."""
+    return ([f"stdout: {line}" for line in stdout.splitlines() if FOREIGN.match(line)]
+            + [f"stderr: {line}" for line in stderr.splitlines() if line.strip()
+               and (FOREIGN.match(line) or not (is_event_line(line)
+                                                or OWN_STDERR.fullmatch(line)))])

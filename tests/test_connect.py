@@ -35,6 +35,7 @@ from tests.support import (
     QuickstartLake,
     archived_files,
     bronze_spec,
+    foreign_lines,
     medallion_cmd,
     write_order_files,
 )
@@ -56,8 +57,12 @@ def on_connect(lakehouse: Lakehouse, server: ConnectServer) -> None:
 
 
 def cli(lakehouse: Lakehouse, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*medallion_cmd(), *args], capture_output=True, text=True,
+    """``medallion <args>`` over Connect; its output is its own and its events, never a line
+    of the server's log (that goes to the server's file)."""
+    done = subprocess.run([*medallion_cmd(), *args], capture_output=True, text=True,
                           env=lakehouse.cli_env(), timeout=timeout)
+    assert foreign_lines(done.stdout, done.stderr) == [], done.stderr[-3000:]
+    return done
 
 
 # ---------------------------------------------------------------------- configuration only

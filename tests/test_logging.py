@@ -114,7 +114,7 @@ def test_a_run_whose_files_fail_prints_no_java_stack_at_the_default_level(
     Java stack frame (they come with --log-level debug, see framework.session)."""
     import subprocess
 
-    from tests.support import REPO, medallion_cmd
+    from tests.support import REPO, foreign_lines, medallion_cmd
 
     lakehouse.add_table("bronze", "events", {"source": {
         "path": "landing/events", "format": "parquet", "schema": "id STRING"}})
@@ -131,8 +131,47 @@ def test_a_run_whose_files_fail_prints_no_java_stack_at_the_default_level(
     lines = (run.stdout + run.stderr).splitlines()
     frames = [line for line in lines if line.lstrip().startswith(("at ", "... ", "Caused by"))]
     assert frames == []
+    assert foreign_lines(run.stdout, run.stderr) == []  # nor any line of Spark's log
     failed = [json.loads(line) for line in lines
               if line.startswith("{") and '"bronze.files.failed"' in line]
     named = {path.rsplit("/", 1)[-1] for e in failed for path in e["files"]}
     assert named == {f"bad-{i}.parquet" for i in range(4)}
     assert len(lines) < 60, "\n".join(lines)
+
+
+def test_spark_s_log_shows_with_log_level_debug_only(lakehouse: Lakehouse) -> None:
+    import subprocess
+
+    from tests.support import FOREIGN, REPO, foreign_lines, medallion_cmd
+
+    env = lakehouse.cli_env()
+    env.pop("MEDALLION_JAVA_STACKS", None)
+    for level, quiet in (("info", True), ("debug", False)):
+        run = subprocess.run([*medallion_cmd(), "sql", "SELECT 1 AS one", "--log-format",
+                              "console", "--log-level", level], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.splitlines()[0] == "one"
+        assert (foreign_lines(run.stdout, run.stderr) == []) is quiet, run.stderr[-3000:]
+    assert any(FOREIGN.match(line) for line in run.stderr.splitlines())
+
+
+def test_a_driver_jvm_that_cannot_start_says_why_and_the_command_exits_1(
+    lakehouse: Lakehouse
+) -> None:
+    """No Java where JAVA_HOME says: spark-submit's own words reach the output, then the
+    command's one error line."""
+    import subprocess
+
+    from tests.support import REPO, medallion_cmd
+
+    env = lakehouse.cli_env()
+    env["JAVA_HOME"] = str(lakehouse.base / "no-java")
+    run = subprocess.run([*medallion_cmd(), "sql", "SELECT 1", "--log-format", "console"],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert "no-java/bin/java: No such file or directory" in run.stderr
+    assert run.stderr.splitlines()[-1].startswith(
+        "error: expected Spark's driver JVM to start, found it ended at once (its reason is "
+        "above; [JAVA_GATEWAY_EXITED]")
+    assert "Traceback" not in run.stderr

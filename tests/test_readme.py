@@ -7,11 +7,16 @@ demo's figures must hold:
 * gold equals an independent batch computation over silver, and the mart's query prunes;
 * silver keeps both versions of each updated customer (SCD type 2), and the segments mart counts
   each order under the segment its customer had when it was placed;
-* the quickstart's last command, the demo run again, changes no table."""
+* the quickstart's last command, the demo run again, changes no table;
+* no command prints a line of Spark's, Hadoop's or the JVM's log: each line of its output is
+  its own, or one of its events (the other commands the README shows are run on the same lake,
+  as a person at a terminal sees them)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +24,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tests.support import QuickstartLake, row_counts
+from tests.support import BIN, REPO, QuickstartLake, foreign_lines, row_counts
 
 # The quickstart's lake is made once per worker (tests/conftest.py), shared with the Spark
 # Connect demo's comparison: both run in one xdist group, so it is made once.
@@ -45,6 +50,44 @@ def test_every_quickstart_command_exits_0_and_the_demo_reconciles(
     assert not again["feed"]["generated_now"]
     assert all(t["added"] == 0 for tables in again["layers"].values() for t in tables.values())
     assert row_counts(spark, lake.root) == lake.before_last
+
+
+def test_every_quickstart_command_prints_its_own_lines_and_events_only(
+        quickstart_lake: QuickstartLake) -> None:
+    lake = quickstart_lake
+    foreign = {command: foreign_lines(lake.outputs[command], lake.errors[command])
+               for command in lake.outputs}
+    assert {command: lines for command, lines in foreign.items() if lines} == {}
+
+
+# The other commands the README shows, cheap ones, on the quickstart's lake (none changes
+# its tables): what a person at a terminal sees, events as the console renders them.
+def _readme_commands(out: Path) -> list[tuple[list[str], int]]:
+    return [
+        (["validate"], 0),
+        (["init"], 0),
+        (["refresh", "silver.orders", "--downstream", "--dry-run"], 0),
+        (["sql", "--explain-pruning",
+          "SELECT sum(revenue) FROM gold.regional_sales WHERE region = 'north'"], 0),
+        (["report", "--out", str(out / "report.html"), "--since", "7d"], 0),
+        (["purge-archive", "--older-than", "30d", "--dry-run"], 0),
+        (["sql", "SELECT nope FROM gold.store_sales"], 2),  # a failure says why, in one line
+    ]
+
+
+def test_the_readme_commands_print_their_own_lines_and_events_only(
+        quickstart_lake: QuickstartLake, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(MEDALLION_ROOT=str(quickstart_lake.root))
+    foreign, failed = {}, {}
+    for args, code in _readme_commands(tmp_path):
+        done = subprocess.run([str(BIN / "medallion"), *args, "--log-format", "console"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != code:
+            failed[args[0]] = (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+        foreign[" ".join(args)] = foreign_lines(done.stdout, done.stderr)
+    assert failed == {}
+    assert {command: lines for command, lines in foreign.items() if lines} == {}
 
 
 def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) -> None:

@@ -19,7 +19,6 @@ from framework.commands import (
 )
 from framework.config.model import Layer, Runtime
 from framework.errors import ConfigError
-from framework.jvm import set_log_level
 from framework.layers import Commands
 
 
@@ -82,12 +81,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_OK
     print("running bronze, silver and gold (availableNow); a line per micro-batch:", flush=True)
     spark = spark_for(project, "medallion demo", writes=True)
-    if args.log_level is None:
-        # The progress lines and the job's events say what happens. Spark's own log would
-        # bury them: the feed's unreadable file fails a read on purpose, and Spark logs that
-        # failure at ERROR with its stack from every task and writer it stops (hundreds of
-        # lines) before bronze quarantines the file.
-        set_log_level(spark, "OFF")
     tables = select_tables(project, None)
     runs = [run_until_stopped(spark, project, tables, False, watch=_print_progress,
                               parallel=args.parallel)]
