@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 
 import pytest
 from pyspark.sql import SparkSession
@@ -14,7 +16,15 @@ from framework.config.model import Layer
 from framework.job import RunContext, RunStatus
 from framework.logging import LogFormat, configure_logging, get_logger, redact
 from framework.session import _env_conf
-from tests.support import Lakehouse, bronze_spec, write_order_files
+from tests.support import (
+    BIN,
+    REPO,
+    Lakehouse,
+    QuickstartLake,
+    bronze_spec,
+    foreign_lines,
+    write_order_files,
+)
 
 BATCH_FIELDS = {
     "batch_id", "input_rows", "input_rows_per_second", "processed_rows_per_second",
@@ -175,3 +185,34 @@ def test_a_driver_jvm_that_cannot_start_says_why_and_the_command_exits_1(
         "error: expected Spark's driver JVM to start, found it ended at once (its reason is "
         "above; [JAVA_GATEWAY_EXITED]")
     assert "Traceback" not in run.stderr
+
+
+# Other commands the README shows, cheap ones, on the quickstart's lake (none changes its
+# tables; the quickstart's own: tests/test_readme.py, the report's: tests/test_connect.py):
+# what a person at a terminal sees, events as the console renders them.
+def _readme_commands() -> list[tuple[list[str], int]]:
+    return [
+        (["validate"], 0),
+        (["init"], 0),
+        (["sql", "--explain-pruning",
+          "SELECT sum(revenue) FROM gold.regional_sales WHERE region = 'north'"], 0),
+        (["purge-archive", "--older-than", "30d", "--dry-run"], 0),
+        (["sql", "SELECT nope FROM gold.store_sales"], 2),  # a failure says why, in one line
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("quickstart")  # (its lake: tests/conftest.py)
+def test_the_readme_commands_print_their_own_lines_and_events_only(
+        quickstart_lake: QuickstartLake) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(MEDALLION_ROOT=str(quickstart_lake.root))
+    foreign, failed = {}, {}
+    for args, code in _readme_commands():
+        done = subprocess.run([str(BIN / "medallion"), *args, "--log-format", "console"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != code:
+            failed[args[0]] = (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+        foreign[" ".join(args)] = foreign_lines(done.stdout, done.stderr)
+    assert failed == {}
+    assert {command: lines for command, lines in foreign.items() if lines} == {}
