@@ -23,6 +23,7 @@ from framework.job import (
     TableRunSummary,
     TriggerPolicy,
 )
+from framework.jvm import is_connect
 from framework.layers import job_class
 from framework.listener import ProgressListener
 from framework.logging import get_logger
@@ -50,12 +51,21 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
     ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake lease's,
     when the command took one; ``stop``, the command's stop request, if it listened for
     signals before (a stop asked for before any table started skips them all)."""
+    at_once = parallel or (max(1, len(tables)) if continuous
+                           else default_parallel(project.env))
+    if is_connect(spark) and at_once > 1:
+        # Commands sent from several threads through one Spark Connect session fail in the
+        # client (an AssertionError as each job prepares): over Connect, one at a time.
+        if parallel and parallel > 1:
+            get_logger(env=project.env.name).warning(
+                "run.parallel.refused", asked=parallel,
+                reason="over Spark Connect the tables run one after another")
+        at_once = 1
     ctx = RunContext(
         trigger=TriggerPolicy(continuous=continuous, interval=project.env.processing_interval),
         # (with a processing-time trigger a table runs until stopped: every table that reads
         # none of the others runs from the start)
-        parallel=parallel or (max(1, len(tables)) if continuous
-                              else default_parallel(project.env)),
+        parallel=at_once,
     )
     if run_id:
         ctx.run_id = run_id
