@@ -22,11 +22,11 @@ from framework.commands import (
     EXIT_FAILED,
     EXIT_OK,
     Commands,
+    at_least_one,
     common_options,
     installed_commands,
     instant,
     lake_run_id,
-    positive_int,
     print_table,
     project_of,
     release_lake,
@@ -55,17 +55,6 @@ if TYPE_CHECKING:
     from framework.journal import Record
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of rows, 1 or more, found "
-                                         f"{text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     common = common_options()
     parser = argparse.ArgumentParser(
@@ -92,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--continuous", action="store_true",
                    help="keep running with a processing-time trigger (default: availableNow)")
     p.add_argument("--summary", metavar="PATH", help="also write the run summary as JSON here")
-    p.add_argument("--parallel", type=positive_int, metavar="N",
+    p.add_argument("--parallel", type=at_least_one("tables"), metavar="N",
                    help="tables run at once, those that do not read each other (default: the "
                    "cores of a local master, at most 4, or with --continuous every table; 1 "
                    "runs them one after another)")
@@ -134,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
                        description="Run SQL on the lakehouse (tables by name) and print a table.")
     p.add_argument("query")
-    p.add_argument("--limit", type=_positive, default=100,
+    p.add_argument("--limit", type=at_least_one("rows"), default=100,
                    help="rows to print at most (default 100; says so when it cuts)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.add_argument("--explain-pruning", action="store_true",

@@ -172,15 +172,20 @@ def storage_of(project: ProjectConfig, path: str, app: str = "medallion") -> Sto
     return storage_for(path, project.env, spark_for(project, app))
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, found {text!r}")
-    return value
+def at_least_one(unit: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of ``unit`` (rows, tables), 1 or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"expected a whole number of {unit}, 1 or more, "
+                                             f"found {text!r}")
+        return value
+
+    return parse
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from framework.commands import (
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_OK,
-    positive_int,
+    at_least_one,
     project_of,
     spark_for,
     write_json,
@@ -42,7 +42,7 @@ def add_commands(commands: Commands) -> None:
     p.add_argument("--summary", metavar="PATH", default=os.environ.get("MEDALLION_DEMO_SUMMARY"),
                    help="also write the summary as JSON here (default $MEDALLION_DEMO_SUMMARY, "
                    "if set)")
-    p.add_argument("--parallel", type=positive_int, metavar="N",
+    p.add_argument("--parallel", type=at_least_one("tables"), metavar="N",
                    help="tables run at once, those that do not read each other (default: the "
                    "cores of a local master, at most 4; 1 runs them one after another)")
     p.add_argument("--generate-only", action="store_true",
