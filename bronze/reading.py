@@ -59,7 +59,7 @@ from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
 from framework.storage import Storage, from_uri
 
 __all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "RAW_PREFIX",
-           "FeedReader", "Records", "literal", "one_json_value",
+           "FeedReader", "JsonLines", "Records", "literal", "one_json_value",
            "parse_json_lines"]
 
 # RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
@@ -113,6 +113,9 @@ class FeedReader:
         self.spark, self.spec, self.storage = spark, spec, storage
         self.format = spec.source.format
         self.evolution = spec.source.schema_evolution
+        # Per schema read: its conformer, and its JSON lines' expressions (built once).
+        self._conformers: dict[tuple[str, tuple[str, ...] | None], Conformer] = {}
+        self._json_lines: dict[Conformer, JsonLines] = {}
 
     def _reader(self) -> Any:
         reader = self.spark.read
@@ -177,8 +180,12 @@ class FeedReader:
              required: Sequence[str] | None = None) -> Records:
         """``files`` as ``schema``'s columns (see the module's text); a file lacking one of
         ``required`` (by default all) is noted."""
-        conformer = Conformer(schema, self.spec.rescued_column, self.evolution,
-                              self.spec.source.options, required)
+        key = (schema.json(), None if required is None else tuple(required))
+        conformer = self._conformers.get(key)
+        if conformer is None:
+            conformer = self._conformers[key] = Conformer(
+                schema, self.spec.rescued_column, self.evolution, self.spec.source.options,
+                required)
         if self.format is SourceFormat.CSV:
             return self._csv(files, conformer)
         if self.format is SourceFormat.PARQUET:
@@ -206,8 +213,11 @@ class FeedReader:
                     ) -> DataFrame:
         """A batch's JSON lines (``value``, ``_metadata``) as the reader's columns (see the
         module's text)."""
-        return parse_json_lines(lines, conformer, options, self.spec.source.max_record_bytes,
-                                ["_metadata"])
+        parser = self._json_lines.get(conformer)
+        if parser is None:
+            parser = self._json_lines[conformer] = JsonLines(
+                conformer, options, self.spec.source.max_record_bytes, ["_metadata"])
+        return parser(lines)
 
     def _csv(self, files: Sequence[str], conformer: Conformer) -> Records:
         options = {**CSV_DEFAULTS, **self.spec.source.options}
@@ -399,30 +409,47 @@ def parse_json_lines(raw: DataFrame, conformer: Conformer, options: Mapping[str,
     strict JSON, or the first characters of one over ``max_record_bytes``),
     ``_corrupt_reason``, :data:`DROPPED`, and the columns ``carry`` as they are. ``origin``
     names a record in an error (by default its file)."""
-    lenient = any(str(options.get(k, "")).lower() == "true" for k in LENIENCIES)
-    parse = {**({} if lenient else STRICT_JSON), **options, "mode": "PERMISSIVE",
-             "columnNameOfCorruptRecord": CORRUPT}
-    with_corrupt = StructType([*conformer.schema.fields, StructField(CORRUPT, StringType())])
-    # An oversized line is cut to its prefix at once: no later row holds it whole.
-    fits = F.octet_length("value") <= F.lit(max_record_bytes)
-    sized = raw.select(F.when(fits, F.col("value")).alias("value"),
-                       F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
-                       F.octet_length("value").alias("size"), *carry)
-    if lenient:  # the options' own dialect; the object as one value per key
-        obj = F.from_json("value", "MAP<STRING, VARIANT>", parse)
-    else:
-        obj = F.try_variant_get(one_json_value(F.col("value")), "$", "map<string,variant>")
-    if origin is None:
-        origin = F.col("_metadata.file_path")
-    parsed = sized.select(F.from_json("value", with_corrupt, parse).alias("r"),
-                          obj.alias("obj"), "value", "prefix", "size", origin.alias("_origin"),
-                          *carry)
-    corrupt = F.when(F.col("prefix").isNotNull(), F.col("prefix")).when(
-        F.col("obj").isNull() | F.col("r").isNull(), F.col("value"))
-    oversized = F.col("prefix").isNotNull()
-    columns = conformer.from_json_object("r", "obj", corrupt, F.col("value"), F.col("_origin"))
-    return parsed.select(*columns, too_large(max_record_bytes, ~oversized, F.col("size")),
-                         *carry)
+    return JsonLines(conformer, options, max_record_bytes, carry, origin=origin)(raw)
+
+
+class JsonLines:
+    """:func:`parse_json_lines` for one schema, its expressions built once: a feed read in
+    many small batches builds them once, not once per batch (hundreds of calls into the
+    session each time)."""
+
+    def __init__(self, conformer: Conformer, options: Mapping[str, str],
+                 max_record_bytes: int, carry: Sequence[str], *,
+                 origin: Column | None = None) -> None:
+        lenient = any(str(options.get(k, "")).lower() == "true" for k in LENIENCIES)
+        parse = {**({} if lenient else STRICT_JSON), **options, "mode": "PERMISSIVE",
+                 "columnNameOfCorruptRecord": CORRUPT}
+        with_corrupt = StructType([*conformer.schema.fields,
+                                   StructField(CORRUPT, StringType())])
+        # An oversized line is cut to its prefix at once: no later row holds it whole.
+        fits = F.octet_length("value") <= F.lit(max_record_bytes)
+        self.sized: list[Column | str] = [
+            F.when(fits, F.col("value")).alias("value"),
+            F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
+            F.octet_length("value").alias("size"), *carry]
+        if lenient:  # the options' own dialect; the object as one value per key
+            obj = F.from_json("value", "MAP<STRING, VARIANT>", parse)
+        else:
+            obj = F.try_variant_get(one_json_value(F.col("value")), "$", "map<string,variant>")
+        if origin is None:
+            origin = F.col("_metadata.file_path")
+        self.parsed: list[Column | str] = [
+            F.from_json("value", with_corrupt, parse).alias("r"), obj.alias("obj"),
+            "value", "prefix", "size", origin.alias("_origin"), *carry]
+        corrupt = F.when(F.col("prefix").isNotNull(), F.col("prefix")).when(
+            F.col("obj").isNull() | F.col("r").isNull(), F.col("value"))
+        oversized = F.col("prefix").isNotNull()
+        columns = conformer.from_json_object("r", "obj", corrupt, F.col("value"),
+                                             F.col("_origin"))
+        self.columns: list[Column | str] = [
+            *columns, too_large(max_record_bytes, ~oversized, F.col("size")), *carry]
+
+    def __call__(self, raw: DataFrame) -> DataFrame:
+        return raw.select(*self.sized).select(*self.parsed).select(*self.columns)
 
 
 def one_json_value(text: Column) -> Column:

@@ -144,12 +144,16 @@ def test_expectations_split_every_row_into_good_dropped_and_quarantined(
     assert kept == {f"o{i}" for i in range(10)} | {f"w{i}" for i in range(4)}
 
 
+@pytest.mark.parametrize("dedup", [False, True], ids=["plain", "dedup"])
 def test_a_fail_rule_stops_the_query_before_its_batch_commits(
-    spark: SparkSession, lakehouse: Lakehouse
+    spark: SparkSession, lakehouse: Lakehouse, dedup: bool
 ) -> None:
+    # (with dedup the batch is counted as it is written, the rule raising in the write's job)
     lakehouse.add_table("bronze", "orders", bronze_spec())
     lakehouse.add_table("silver", "orders", silver_spec(expectations=[
-        {"name": "sane_quantity", "rule": "quantity < 1000", "action": "fail"}]))
+        {"name": "sane_quantity", "rule": "quantity < 1000", "action": "fail"}],
+        **({"event_time": "event_time", "dedup": {"keys": ["order_id"], "delay": "1 hour"}}
+           if dedup else {})))
     good = [row(f"a{i}", "c1", 1, BASE) for i in range(5)]
     bad = [row(f"b{i}", "c1", 1, BASE) for i in range(5)] + [row("huge", "c1", 5000, BASE)]
     write_delta_commits(spark, bronze_location(lakehouse), [good, bad])
