@@ -424,34 +424,27 @@ class SilverJob(StreamingJob):
 
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
         # the batch is cached so its (stateful) computation runs once for all writes (and for
-        # the span check of a table with a watermark). A plain Delta append that cannot be a
-        # replay counts the rows as it writes them (and fills the cache), the rest read the
-        # cache; other writes need the counts first (a MERGE reads its source more than once,
-        # a replay may write nothing).
-        replay = batch_id in self.commits.replayable
-        cached = self._quarantines or replay or \
+        # the span check of a table with a watermark).
+        cached = self._quarantines or batch_id in self.commits.replayable or \
             self.spec.mode is not WriteMode.APPEND or self.spec.dedup is not None
-        counted_first = replay or self.applier is not None or \
-            self.spec.mode is not WriteMode.APPEND or self.spec.format is not TableFormat.DELTA
         if cached:
             df = df.persist()
         try:
-            if cached and not counted_first:
-                # (a 'fail' rule raises in the write's job, before its commit)
-                observation = Observation(f"silver_{self.table.name}_{batch_id}")
-                self._write_good(df.observe(observation, *aggs).where(~quarantine & ~drop)
-                                 .select(*good_cols), batch_id)
-                metrics = dict(observation.get)
-                self._check_span(df, metrics, log)
-                self._append_quarantine(df, quarantine, failed, good_cols, metrics, batch_id)
-            elif cached:
+            if cached:
                 row = df.agg(*aggs).first()  # a 'fail' rule raises here, before any write
                 assert row is not None
                 metrics = row.asDict()
                 self._check_span(df, metrics, log)
                 self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id,
                                  truncated=metrics.pop("_truncates", 0) > 0)
-                self._append_quarantine(df, quarantine, failed, good_cols, metrics, batch_id)
+                if metrics["quarantined"]:
+                    data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
+                    rows = df.where(quarantine).select(
+                        data.alias("_row"), failed.alias("_failed_rules"),
+                        F.lit(batch_id).cast("long").alias(BATCH_ID),
+                        F.current_timestamp().alias("_quarantined_at"),
+                    )
+                    self.commits.append(rows, self.quarantine_location, batch_id)
             else:
                 observation = Observation(f"silver_{self.table.name}_{batch_id}")
                 observed = df.observe(observation, *aggs)
@@ -473,20 +466,6 @@ class SilverJob(StreamingJob):
         event("silver.batch.committed", records=metrics["records"], rows_written=written,
               dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
               broken_rules=rule_counts)
-
-    def _append_quarantine(self, df: DataFrame, quarantine: Column, failed: Column,
-                           good_cols: list[str], metrics: Mapping[str, Any],
-                           batch_id: int) -> None:
-        """Append the batch's rows to quarantine, with the rules each broke (if any)."""
-        if not metrics["quarantined"]:
-            return
-        data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
-        rows = df.where(quarantine).select(
-            data.alias("_row"), failed.alias("_failed_rules"),
-            F.lit(batch_id).cast("long").alias(BATCH_ID),
-            F.current_timestamp().alias("_quarantined_at"),
-        )
-        self.commits.append(rows, self.quarantine_location, batch_id)
 
     def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
         """``batch`` with the rule ``snapshot_in_order``'s column, against the newest

@@ -148,7 +148,7 @@ def test_expectations_split_every_row_into_good_dropped_and_quarantined(
 def test_a_fail_rule_stops_the_query_before_its_batch_commits(
     spark: SparkSession, lakehouse: Lakehouse, dedup: bool
 ) -> None:
-    # (with dedup the batch is counted as it is written, the rule raising in the write's job)
+    # (with dedup the batch is cached and counted first: the rule raises in that count)
     lakehouse.add_table("bronze", "orders", bronze_spec())
     lakehouse.add_table("silver", "orders", silver_spec(expectations=[
         {"name": "sane_quantity", "rule": "quantity < 1000", "action": "fail"}],
