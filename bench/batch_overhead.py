@@ -51,20 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
+from bench.bronze_ingest import SCHEMA, same_work_append, same_work_records
 from bench.common import BenchLakehouse
-from bronze.batch import file_name
-from bronze.conform import Conformer
 from bronze.job import BronzeJob
-from bronze.reading import parse_json_lines
-from bronze.spec import SchemaEvolution
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus
 from silver.job import SilverJob
 
-SCHEMA = ("order_id STRING, customer_id STRING, store_id STRING, event_time TIMESTAMP, "
-          "quantity INT, unit_price DECIMAL(10,2), status STRING")
 DELAY = "5 minutes"
 RULE = "quantity > 0"
 START = datetime(2026, 11, 1)
@@ -123,28 +117,9 @@ class HandSide:
 
 def hand_bronze(spark: SparkSession, side: HandSide, landing: Path
                 ) -> tuple[float, list[float]]:
-    conformer = Conformer(StructType.fromDDL(SCHEMA), "_rescued_data", SchemaEvolution.RESCUE,
-                          {})
-    raw = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(landing))
-    raw = raw.where(F.btrim("value", F.lit(" \t\r")) != "")
-    raw = raw.where(F.when(F.is_valid_utf8("value"), F.lit(True))
-                    .otherwise(F.raise_error(F.lit("not UTF-8")).cast("boolean")))
-    parsed = parse_json_lines(raw, conformer, {}, 16 * 1024 * 1024, ["_metadata"])
-    records = parsed.select(
-        *[c for c in parsed.columns if c not in ("_metadata", "_corrupt_reason",
-                                                 "_dropped_columns")],
-        file_name(F.col("_metadata.file_path")).alias("_source_file"),
-        F.col("_metadata.file_modification_time").alias("_file_modification_time"),
-        F.col("_metadata.file_size").alias("_file_size"))
-
-    def append(batch: DataFrame, batch_id: int) -> None:
-        (batch.where(F.col("_corrupt_record").isNull()).drop("_corrupt_record")
-         .withColumn("_ingested_at", F.current_timestamp())
-         .withColumn("_batch_id", F.lit(batch_id).cast("long"))
-         .write.format("delta").mode("append")
-         .option("txnAppId", "hand-bronze").option("txnVersion", batch_id).save(side.table))
-
-    return side.run(records, append)
+    """bench/bronze_ingest.py's same-work query, one file per batch."""
+    return side.run(same_work_records(spark, landing, 1),
+                    same_work_append(side.table, "hand-bronze"))
 
 
 def hand_silver(spark: SparkSession, side: HandSide, source: str) -> tuple[float, list[float]]:

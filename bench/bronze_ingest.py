@@ -124,13 +124,12 @@ def run_bare(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
     return time.perf_counter() - started
 
 
-def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
-                  max_files_per_trigger: int | None = None) -> float:
-    """The framework's work per record, by hand: text, from_json with a corrupt-record
-    column, the rescued keys, the ingestion columns, an exactly-once Delta append."""
+def same_work_records(spark, landing: Path,  # type: ignore[no-untyped-def]
+                      max_files_per_trigger: int | None = None):
+    """The framework's work per record, by hand, as a stream: text, from_json with a
+    corrupt-record column, the rescued keys, the file's ingestion columns."""
     schema = StructType.fromDDL(SCHEMA)
     conformer = Conformer(schema, "_rescued_data", SchemaEvolution.RESCUE, {})
-    started = time.perf_counter()
     reader = spark.readStream.format("text")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
@@ -138,22 +137,33 @@ def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-de
     raw = raw.where(F.when(F.is_valid_utf8("value"), F.lit(True))
                     .otherwise(F.raise_error(F.lit("not UTF-8")).cast("boolean")))
     parsed = parse_json_lines(raw, conformer, {}, 16 * 1024 * 1024, ["_metadata"])
-    records = parsed.select(
+    return parsed.select(
         *[c for c in parsed.columns if c not in ("_metadata", "_corrupt_reason",
                                                  "_dropped_columns")],
         file_name(F.col("_metadata.file_path")).alias("_source_file"),
         F.col("_metadata.file_modification_time").alias("_file_modification_time"),
         F.col("_metadata.file_size").alias("_file_size"))
-    table = str(out / "table")
 
+
+def same_work_append(table: str, app_id: str) -> Callable[..., None]:
+    """A foreachBatch function appending a batch's good rows, with the batch's ingestion
+    columns, exactly once (Delta's ``txnAppId``/``txnVersion``)."""
     def append(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         (batch.where(F.col("_corrupt_record").isNull()).drop("_corrupt_record")
          .withColumn("_ingested_at", F.current_timestamp())
          .withColumn("_batch_id", F.lit(batch_id).cast("long"))
          .write.format("delta").mode("append")
-         .option("txnAppId", "same-work").option("txnVersion", batch_id).save(table))
+         .option("txnAppId", app_id).option("txnVersion", batch_id).save(table))
+    return append
 
-    query = (records.writeStream.foreachBatch(append)
+
+def run_same_work(spark, landing: Path, out: Path,  # type: ignore[no-untyped-def]
+                  max_files_per_trigger: int | None = None) -> float:
+    """The framework's work per record, by hand (:func:`same_work_records`), appended
+    exactly once per batch."""
+    started = time.perf_counter()
+    records = same_work_records(spark, landing, max_files_per_trigger)
+    query = (records.writeStream.foreachBatch(same_work_append(str(out / "table"), "same-work"))
              .option("checkpointLocation", str(out / "_checkpoint"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
