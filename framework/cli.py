@@ -432,6 +432,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     project = project_of(args)
+    if not args.explain_pruning and _served_sql(project, args):
+        return EXIT_OK
     spark = spark_for(project, "medallion-sql")
     if args.explain_pruning:
         from framework.pruning import explain_pruning
@@ -443,17 +445,44 @@ def cmd_sql(args: argparse.Namespace) -> int:
     with query_errors():
         df = spark.sql(args.query)
         rows = df.limit(args.limit + 1).collect()  # one more: whether the output is cut
+    _print_rows(args, df.columns, [list(r) for r in rows],
+                [r.asDict(recursive=True) for r in rows])
+    return EXIT_OK
+
+
+def _served_sql(project: ProjectConfig, args: argparse.Namespace) -> bool:
+    """Answer ``sql`` through a ``medallion serve`` that holds the lake (see
+    :mod:`framework.served`), without a Spark session of its own; False when none does."""
+    from framework.commands import served_at
+
+    address = served_at(project)
+    if address is None:
+        return False
+    from framework.served import query
+
+    answer = query(project, address, args.query, args.limit + 1)
+    if answer is None:
+        return False
+    columns, rows = answer
+    get_logger(address=address).debug("sql.served", rows=len(rows))
+    _print_rows(args, columns, [list(r) for r in rows],
+                [dict(zip(columns, r, strict=True)) for r in rows])
+    return True
+
+
+def _print_rows(args: argparse.Namespace, columns: list[str], rows: list[list[Any]],
+                objects: list[dict[str, Any]]) -> None:
+    """At most ``--limit`` rows (fetched with one more, to know whether the output is cut):
+    ``rows`` as a table, or their ``objects`` as JSON lines."""
     cut = len(rows) > args.limit
-    rows = rows[:args.limit]
     if args.json:
-        for r in rows:
-            print(json.dumps(r.asDict(recursive=True), default=str))
+        for r in objects[:args.limit]:
+            print(json.dumps(r, default=str))
     else:
-        print_table(df.columns, [list(r) for r in rows])
+        print_table(columns, rows[:args.limit])
     if cut:  # on stderr for JSON lines (stdout holds rows only), under the table otherwise
         print(f"output cut at {args.limit} row{'s' if args.limit != 1 else ''}: the query "
               "returns more (--limit N shows more)", file=sys.stderr if args.json else sys.stdout)
-    return EXIT_OK
 
 
 @contextlib.contextmanager

@@ -134,6 +134,26 @@ def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | No
     return _Lake.lease.run_id
 
 
+def advertise(address: str) -> None:
+    """Say in this process's lease that it serves the lake's catalog at ``address``."""
+    if _Lake.lease is not None:
+        _Lake.lease.advertise(address)
+
+
+def served_at(project: ProjectConfig) -> str | None:
+    """The address (host:port) of a ``medallion serve`` that holds the lake, read from its
+    lease without taking it; None when none does (or the root's store needs Spark)."""
+    from framework.lease import Lease
+    from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
+
+    env = project.env
+    if not (scheme_of(env.root) in ("", "file") or (scheme_of(env.root) in IMPLEMENTATIONS
+                                                    and env.storage is not None)):
+        return None
+    holder = Lease(storage_for(env.root, env), env.root, "medallion sql").current()
+    return holder.serves if holder is not None else None
+
+
 def lake_run_id() -> str | None:
     """The run id of the lease this process holds (None without one)."""
     return _Lake.lease.run_id if _Lake.lease is not None else None

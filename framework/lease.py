@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 
 from framework.errors import LakeInUseError, StorageError
@@ -55,6 +55,14 @@ class Holder:
     renewed: float
     ttl: float
     released: bool = False
+    serves: str | None = None  # a ``medallion serve`` holding the lake: its host:port
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> Holder:
+        """A holder from its lease file's JSON; keys this version does not know (a newer
+        version's) are ignored, so that versions can share a lake."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
     def when(self) -> str:
         return datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -151,7 +159,7 @@ class Lease:
                 return 0, None
             try:
                 with self.storage.open(self._path(numbers[-1])) as fh:
-                    return numbers[-1], Holder(**json.loads(fh.read()))
+                    return numbers[-1], Holder.parse(fh.read())
             except (StorageError, ValueError, TypeError):
                 time.sleep(0.05)  # written right now, or replaced: read again
         raise StorageError(f"expected a readable lease file under {self.folder}, found none "
@@ -164,7 +172,19 @@ class Lease:
                 with contextlib.suppress(StorageError):
                     self.storage.delete(f.path)
 
+    def current(self) -> Holder | None:
+        """Who holds the lake now (None when no lease holds it), without taking it."""
+        _, holder = self._top()
+        return holder if holder is not None and holder.over(time.time()) is None else None
+
     # ------------------------------------------------------------------ holding it
+    def advertise(self, address: str) -> None:
+        """Say in the lease that this holder serves the lake's catalog at ``address``
+        (host:port), for ``medallion sql`` to query it there."""
+        self.holder = replace(self.holder, serves=address)
+        if self.number is not None:
+            self.storage.write_bytes(self._path(self.number), self._bytes(self.holder))
+
     def _start_renewing(self) -> None:
         self._thread = threading.Thread(target=self._renew_loop, name="lake-lease",
                                         daemon=True)

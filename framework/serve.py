@@ -29,12 +29,11 @@ from framework.config.model import ProjectConfig, Runtime
 from framework.errors import UsageError
 from framework.jvm import start_thrift_server
 from framework.logging import get_logger
+from framework.served import AUTHENTICATION, UNAUTHENTICATED, authentication
 
 DEFAULT_PORT = 10000
 PORT_VARIABLE = "MEDALLION_SERVE_PORT"
 HOST_VARIABLE = "MEDALLION_SERVE_HOST"
-AUTHENTICATION = "hive.server2.authentication"
-UNAUTHENTICATED = ("NONE", "NOSASL")
 DELTA_JARS = ("io.delta_delta-spark_", "io.delta_delta-storage-")
 
 
@@ -46,14 +45,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def authentication(project: ProjectConfig) -> str:
-    """HiveServer2's authentication mode as the environment sets it (``NONE`` by default)."""
-    conf = project.env.spark_conf
-    value = conf.get(f"spark.hadoop.{AUTHENTICATION}") or conf.get(f"spark.{AUTHENTICATION}")
-    value = value or "NONE"
-    return str(value).upper()
 
 
 def check_address(mode: str, host: str, port: int) -> None:
@@ -106,7 +97,7 @@ def driver_class_path() -> dict[str, str]:
 
 def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:
     """Serve the environment's catalog until SIGTERM or SIGINT."""
-    from framework.commands import take_lake
+    from framework.commands import advertise, take_lake
     from framework.session import get_spark, on_spark_connect, resolved_runtime
 
     if on_spark_connect(project.env):
@@ -129,6 +120,7 @@ def serve(project: ProjectConfig, host: str | None = None, port: int | None = No
     local = project.env.runtime in (Runtime.LOCAL, Runtime.AUTO)
     spark = get_spark(project.env, "medallion-serve", driver_class_path() if local else {})
     server = start(spark, host, port, mode)
+    advertise(f"{host}:{port}")  # (medallion sql queries the lake here while it is served)
     stopped: list[str] = []
 
     def stop(signum: int, frame: Any) -> None:

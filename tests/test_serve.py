@@ -96,6 +96,25 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
         assert missing.returncode != 0
         assert "TABLE_OR_VIEW_NOT_FOUND" in missing.stdout + missing.stderr
         assert rows(beeline(url, "SELECT 41 + 1")) == ["42"]
+
+        # While the server holds the lake, `medallion sql` asks it (its address is in the
+        # lake's lease) instead of starting Spark, which the lease would refuse.
+        served = subprocess.run([*medallion_cmd(), "sql", query, "--json", "--log-level",
+                                 "debug"], env=lakehouse.cli_env(), cwd=REPO,
+                                capture_output=True, text=True, timeout=120)
+        assert served.returncode == 0, served.stderr[-2000:]
+        assert '"sql.served"' in served.stderr and f"localhost:{port}" in served.stderr
+        served_rows = [json.loads(line) for line in served.stdout.splitlines()
+                       if line.startswith("{")]
+        assert [f"{r['store_id']},{r['orders']},{r['revenue']}" for r in served_rows] \
+            == answer
+        refused_sql = subprocess.run([*medallion_cmd(), "sql",
+                                      f"SELECT * FROM {gold}.no_such_table"],
+                                     env=lakehouse.cli_env(), cwd=REPO, capture_output=True,
+                                     text=True, timeout=120)
+        assert refused_sql.returncode != 0
+        assert "Spark cannot run the query" in refused_sql.stderr, refused_sql.stderr
+        assert "TABLE_OR_VIEW_NOT_FOUND" in refused_sql.stderr
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -113,3 +132,4 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
     got = [json.loads(line) for line in sql.stdout.splitlines() if line.startswith("{")]
     assert [f"{r['store_id']},{r['orders']},{r['revenue']}" for r in got] == answer, \
         (got, answer, time.monotonic() - started)
+    assert got == served_rows
