@@ -13,6 +13,11 @@
 
 The environment is loaded and validated like any command's, so a bad environment fails here,
 before anything is submitted.
+
+With ``--log-config FILE`` it also writes into FILE the path of the log4j2 configuration that
+keeps Spark's log off a command's output (:func:`framework.session.quiet_log_config`):
+``submit.sh`` gives it to the local ``spark-submit`` JVM (the driver in client mode, YARN's
+client in cluster mode) unless the command asks for ``--log-level debug``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ import yaml
 from framework.config.loader import load_project
 from framework.config.model import Environment
 from framework.errors import MedallionError
-from framework.session import cached_jars, delta_package, hadoop_azure_package, kafka_package
+from framework.session import (
+    cached_jars,
+    delta_package,
+    hadoop_azure_package,
+    kafka_package,
+    quiet_log_config,
+)
 
 CONF_ARCHIVE_NAME = "medallion-conf"
 
@@ -109,10 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a folder for the files to ship (cluster mode)")
     parser.add_argument("--archive", action="append", default=[],
                         help="another archive to ship (path#name); repeatable")
+    parser.add_argument("--log-config", type=Path,
+                        help="a file to write the quiet log4j2 configuration's path into")
     args = parser.parse_args(argv)
     try:
         out = submit_args(args.conf, args.env, args.deploy_mode == "cluster", args.staging,
                           args.archive)
+        if args.log_config is not None:
+            args.log_config.write_text(quiet_log_config(), encoding="utf-8")
     except MedallionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

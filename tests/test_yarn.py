@@ -8,7 +8,8 @@ cluster mode (the driver in a YARN container), then ``sql`` in client mode, each
 Silver and gold must be equal row for row, the landing files archived on HDFS, the unreadable
 file quarantined there, and the gold tables found by name from a separate process (the Hive
 catalog persists in the environment's metastore), whose session is in UTC even when its
-driver's JVM is not.
+driver's JVM is not. No command's output holds a line of Spark's log (YARN's client's
+included), as under any runtime.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from framework.config.loader import load_project
 from framework.config.model import Layer
 from framework.storage import land
 from framework.storage.hadoop import HadoopStorage
-from tests.support import BIN, REPO
+from tests.support import BIN, REPO, foreign_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.yarn]
 
@@ -102,6 +103,8 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     finally:
         run.kill()
     assert run.returncode == 0, err[-5000:]  # the application's final status
+    # (Spark's log, YARN's client's included, stays off the command's output)
+    assert foreign_lines(out, err) == [], err[-3000:]
 
     # landing drained and archived on HDFS; the unreadable file quarantined there
     landing = list(hdfs.list_files(f"{hdfs_root}/landing/orders"))
@@ -131,6 +134,7 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
                     "-Duser.timezone=America/New_York")
     out, err = asked.communicate(timeout=600)
     assert asked.returncode == 0, err[-3000:]
+    assert foreign_lines(out, err) == [], err[-3000:]  # the driver's: here, in client mode
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     expected = spark.sql(query.replace("gold.", f"{schemas['gold']}.")).collect()
     assert len(rows) == len(expected) > 0
@@ -151,6 +155,7 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
         run.kill()
     assert run.returncode == 0, err[-5000:]
     assert "refresh done" in out
+    assert foreign_lines(out, err) == [], err[-3000:]
     assert not hdfs.exists(f"{hdfs_root}/_refresh/journal")
     assert len(list(hdfs.list_files(f"{hdfs_root}/_refresh/closed"))) > 0
     silver = spark.read.format("delta").load(f"{hdfs_root}/tables/silver/orders")

@@ -47,13 +47,17 @@ if [[ $# -eq 0 ]]; then
   exit 2
 fi
 
-# The environment the command runs in: --env NAME / --env=NAME, else $MEDALLION_ENV, else local.
+# The environment the command runs in: --env NAME / --env=NAME, else $MEDALLION_ENV, else local;
+# and whether it asks for Spark's log (--log-level debug).
 env_name="${MEDALLION_ENV:-local}"
+spark_log=0
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     --env) env_name="${args[i + 1]:-}" ;;
     --env=*) env_name="${args[i]#--env=}" ;;
+    --log-level) [[ "${args[i + 1]:-}" == debug ]] && spark_log=1 ;;
+    --log-level=debug) spark_log=1 ;;
   esac
 done
 
@@ -66,9 +70,18 @@ fi
 
 # What the resolved environment needs: jars, and in cluster mode the configuration archive.
 mapfile -d '' env_args < <("$python" -m framework.submit --conf "$conf_dir" --env "$env_name" \
-    --deploy-mode "$deploy_mode" --staging "$staging" "${archives[@]}"; echo -n "$?" > "$staging/rc")
+    --deploy-mode "$deploy_mode" --staging "$staging" --log-config "$staging/log4j2" \
+    "${archives[@]}"; echo -n "$?" > "$staging/rc")
 if [[ "$(cat "$staging/rc")" != 0 ]]; then
   exit 2
+fi
+
+# Spark's log stays off the command's output, as under any runtime (--log-level debug shows
+# it): the local JVM (the driver in client mode, YARN's client in cluster mode) starts with
+# the quiet log4j2 configuration. In cluster mode the driver's own output is in the
+# application's YARN log (yarn logs -applicationId ...).
+if [[ "$spark_log" == 0 ]]; then
+  export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -Dlog4j2.configurationFile=$(cat "$staging/log4j2")"
 fi
 
 # The wheel: given, or built from this repository.
@@ -106,4 +119,12 @@ fi
 
 # shellcheck disable=SC2206 # SPARK_SUBMIT_ARGS is split on purpose
 extra=(${SPARK_SUBMIT_ARGS:-})
-"${submit[@]}" "${extra[@]}" "$repo/deploy/yarn/main.py" "${args[@]}"
+if [[ "$spark_log" == 1 ]]; then
+  exec "${submit[@]}" "${extra[@]}" "$repo/deploy/yarn/main.py" "${args[@]}"
+fi
+# (the JVM names the incubator module Spark's launcher always adds, on stderr, and no option
+# silences it: that line is left out, every other one passed on)
+set +e
+{ "${submit[@]}" "${extra[@]}" "$repo/deploy/yarn/main.py" "${args[@]}" 2>&1 1>&3 3>&- \
+    | grep -v --line-buffered '^WARNING: Using incubator modules: ' >&2; } 3>&1
+exit "${PIPESTATUS[0]}"
