@@ -38,9 +38,10 @@ from snapshots (``store_snapshots``), a gold MERGE, a gold append, a
 mart's rewrite, and a moment drawn over the clean run's duration.
 
 A delivery takes its share of the plan (:func:`schedule`): the moments drawn over the run
-first, then its kills in the pipeline's order, leaving for a later delivery a phase that
-cannot open in it (a file sent again before the second delivery, a second kill in a phase that
-opens once per delivery). A run
+first, then its kills in the order their phases opened in the delivery's clean run (tables run
+at once, so that is not the pipeline's order), leaving for a later delivery a phase that
+cannot open in it (one that did not open in the clean run, such as a file sent again before
+the second delivery, or a second kill in a phase that opens once per delivery). A run
 that ends before its phase opens passes that kill and the delivery's later ones on to the next
 delivery. The reserve slices take what is left, one by one; once every interruption has
 happened, the rest of the feed lands in one delivery.
@@ -196,6 +197,7 @@ class Lake:
     name: str
     root: Path
     summaries: list[dict[str, Any]] = field(default_factory=list)
+    last_log: Path | None = None  # the log of the last run that succeeded
 
 
 # ---------------------------------------------------------------------------------- set-up
@@ -405,6 +407,7 @@ def run_through(work: Path, lake: Lake, tries: int = 3,
         began = time.perf_counter()
         process, log, summary = start(work, lake, command)
         if process.wait() == 0:
+            lake.last_log = log
             if summary.exists():
                 lake.summaries.append(json.loads(summary.read_text()))
             return time.perf_counter() - began
@@ -501,17 +504,35 @@ def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | Non
             for name, sig in zip(phases, signals, strict=False)]
 
 
-def schedule(pending: list[Interruption], delivery: int) -> tuple[list[Interruption],
-                                                                   list[Interruption]]:
+def opened(log: Path) -> dict[str, int]:
+    """Where in a run's log each phase opened first: the position of its event (the phases
+    with no event come before every other)."""
+    order = {p.name: FIRST[p.name] - len(PHASES) for p in PHASES if p.event is None}
+    for position, event in enumerate(LogTail(log).events()):
+        for phase in PHASES:
+            if phase.event is not None and phase.name not in order and \
+                    event.get("event") == phase.event and phase.table in event.get("table", ""):
+                order[phase.name] = position
+    return order
+
+
+def schedule(pending: list[Interruption], delivery: int, order: dict[str, int] | None = None
+             ) -> tuple[list[Interruption], list[Interruption]]:
     """The interruptions of ``pending`` that can open in delivery ``delivery`` (1 on), in
-    the pipeline's order, and those left for a later one: a phase not open yet, or a second
-    one of a phase that opens once per delivery."""
+    the order their phases opened in the delivery's clean run (``order``, from
+    :func:`opened`; the pipeline's order without it), and those left for a later one: a phase
+    not open yet (or that did not open in the clean run), or a second one of a phase that
+    opens once per delivery.
+
+    Tables run at once, so the pipeline's order is not the order of time: a kill aimed at a
+    silver MERGE after a gold one would find gold's work done by the runs before it."""
     now: list[Interruption] = []
     later: list[Interruption] = []
-    for step in sorted(pending, key=lambda p: FIRST[p.phase]):
+    for step in sorted(pending, key=lambda p: (order or FIRST).get(p.phase, len(ORDER))):
         phase = BY_NAME[step.phase]
         names = [s.phase for s in now]
-        if phase.first > delivery or (phase.once and step.phase in names):
+        if phase.first > delivery or (phase.once and step.phase in names) or (
+                order is not None and step.phase not in order):
             later.append(step)
         else:
             now.append(step)
@@ -869,7 +890,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         share = math.ceil((len(plan) + len(pending)) / left)
         count = max(share - len(pending), 0)
         pending, plan = pending + plan[:count], plan[count:]
-        now, later = schedule(pending, d + 1)
+        now, later = schedule(pending, d + 1,
+                              opened(clean.last_log) if clean.last_log else None)
         print(f"delivery {d + 1}: {len(files)} files, clean run {duration:.1f} s, "
               f"{len(now)} interruptions planned ({len(later) + len(plan)} for later)",
               flush=True)
