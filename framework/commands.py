@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from framework.config.loader import load_project
-from framework.config.model import ProjectConfig, Runtime
+from framework.config.model import Environment, ProjectConfig, Runtime
 from framework.logging import LogFormat
 from framework.redaction import redact
 from framework.text import render_table
@@ -114,7 +114,7 @@ def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | No
     is waited for after ``--wait``."""
     from framework.lease import Lease
     from framework.session import resolved_runtime
-    from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
+    from framework.storage import storage_for
 
     if _Lake.lease is not None:
         return _Lake.lease.run_id
@@ -123,8 +123,7 @@ def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | No
     embedded = runtime is Runtime.LOCAL and not (env.metastore or "").startswith("thrift://")
     if not (writes or embedded):
         return None
-    if scheme_of(env.root) in ("", "file") or (scheme_of(env.root) in IMPLEMENTATIONS
-                                               and env.storage is not None):
+    if _reachable_without_spark(env):
         store = storage_for(env.root, env)
     else:  # hdfs://, dbfs:/...: through Spark's file system (a cluster's metastore, not Derby)
         from framework.session import get_spark
@@ -132,6 +131,15 @@ def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | No
         store = storage_for(env.root, env, get_spark(env, command))
     _Lake.lease = Lease(store, env.root, command).acquire(_Lake.wait)
     return _Lake.lease.run_id
+
+
+def _reachable_without_spark(env: Environment) -> bool:
+    """Whether the root's store can be read and written without a Spark session: the local
+    file system, or a store with an implementation of its own and its settings (ADLS)."""
+    from framework.storage import IMPLEMENTATIONS, scheme_of
+
+    scheme = scheme_of(env.root)
+    return scheme in ("", "file") or (scheme in IMPLEMENTATIONS and env.storage is not None)
 
 
 def advertise(address: str) -> None:
@@ -144,11 +152,10 @@ def served_at(project: ProjectConfig) -> str | None:
     """The address (host:port) of a ``medallion serve`` that holds the lake, read from its
     lease without taking it; None when none does (or the root's store needs Spark)."""
     from framework.lease import Lease
-    from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
+    from framework.storage import storage_for
 
     env = project.env
-    if not (scheme_of(env.root) in ("", "file") or (scheme_of(env.root) in IMPLEMENTATIONS
-                                                    and env.storage is not None)):
+    if not _reachable_without_spark(env):
         return None
     holder = Lease(storage_for(env.root, env), env.root, "medallion sql").current()
     return holder.serves if holder is not None else None

@@ -110,6 +110,9 @@ class Lease:
         self.log = get_logger(lake=root, run_id=self.holder.run_id)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        # the renewing thread and advertise both change the holder and write it: one at a
+        # time, so that a renewal never writes a holder read before an advertise
+        self._writing = threading.Lock()
 
     @property
     def run_id(self) -> str:
@@ -181,9 +184,10 @@ class Lease:
     def advertise(self, address: str) -> None:
         """Say in the lease that this holder serves the lake's catalog at ``address``
         (host:port), for ``medallion sql`` to query it there."""
-        self.holder = replace(self.holder, serves=address)
-        if self.number is not None:
-            self.storage.write_bytes(self._path(self.number), self._bytes(self.holder))
+        with self._writing:
+            self.holder = replace(self.holder, serves=address)
+            if self.number is not None:
+                self.storage.write_bytes(self._path(self.number), self._bytes(self.holder))
 
     def _start_renewing(self) -> None:
         self._thread = threading.Thread(target=self._renew_loop, name="lake-lease",
@@ -208,8 +212,9 @@ class Lease:
             self._done.set()
             self.on_lost()
             return False
-        self.holder = replace(self.holder, renewed=time.time())
-        self.storage.write_bytes(self._path(top), self._bytes(self.holder))
+        with self._writing:
+            self.holder = replace(self.holder, renewed=time.time())
+            self.storage.write_bytes(self._path(top), self._bytes(self.holder))
         return True
 
     def release(self) -> None:

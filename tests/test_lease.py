@@ -176,3 +176,18 @@ def test_a_run_asked_to_stop_while_it_takes_the_lake_stops_cleanly(tmp_path: Pat
     [lease] = (lh.root / "_lease").iterdir()
     assert json.loads(lease.read_text())["released"] is True
     assert len(list(lh.path("landing", "orders").iterdir())) == 1  # nothing was read
+
+
+def test_an_advertised_address_stays_in_the_lease_through_renewals(tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    lease = Lease(LocalStorage(), root, "medallion serve", ttl=0.2).acquire()
+    try:
+        assert Lease(LocalStorage(), root, "medallion sql").current().serves is None
+        lease.advertise("127.0.0.1:10001")
+        time.sleep(0.3)  # renewed every 0.05 s meanwhile
+        holder = Lease(LocalStorage(), root, "medallion sql").current()
+        assert holder is not None and holder.run_id == lease.run_id
+        assert holder.renewed > holder.since and holder.serves == "127.0.0.1:10001"
+    finally:
+        lease.release()
+    assert Lease(LocalStorage(), root, "medallion sql").current() is None
