@@ -4,7 +4,7 @@ and compare the lake with a clean run of the same feed.
     python bench/chaos.py --kills 20 --seed 1 [--terms 2] [--faults 0.3] [--orders 3000]
 
 The demo's generator writes one dirty feed (duplicates, re-deliveries, malformed lines, an
-unreadable file, a new key halfway), delivered in ``--deliveries`` slices and two reserve ones
+unreadable file, a new key halfway), delivered in ``--deliveries`` slices and four reserve ones
 (in the order of the files' times) into two fresh roots. From the second delivery on, each
 delivery also lands:
 
@@ -37,11 +37,12 @@ MERGE, an SCD2 table's change log and MERGE (``customers``), the same for change
 from snapshots (``store_snapshots``), a gold MERGE, a gold append, a
 mart's rewrite, and a moment drawn over the clean run's duration.
 
-A delivery takes its share of the plan (:func:`schedule`): the moments drawn over the run
-first, then its kills in the order their phases opened in the delivery's clean run (tables run
-at once, so that is not the pipeline's order), leaving for a later delivery a phase that
-cannot open in it (one that did not open in the clean run, such as a file sent again before
-the second delivery, or a second kill in a phase that opens once per delivery). A run
+A delivery takes its share of the plan (:func:`schedule`), in the order of the moments its
+interruptions would land at in the delivery's clean run (their phases' events there, or the
+moment drawn; tables run at once, so that is not the pipeline's order), leaving for a later
+delivery a phase that cannot open in it (one that did not open in the clean run, such as a
+file sent again before the second delivery, or a second kill in a phase that opens once per
+delivery). A run
 that ends before its phase opens passes that kill and the delivery's later ones on to the next
 delivery. The reserve slices take what is left, one by one; once every interruption has
 happened, the rest of the feed lands in one delivery.
@@ -166,12 +167,12 @@ PHASES = [  # in the pipeline's order
     Phase("backfill-landing", "bronze.file.backfilled_earlier", 0.3, "orders", op="backfill"),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
-# A delivery takes a moment drawn over the clean run first, while the whole delivery is left
-# to do (later, a run with less left can end before the moment comes).
+# Without the clean run's times, a delivery takes a moment drawn over the clean run first,
+# while the whole delivery is left to do (later, a run with less left can end before it).
 FIRST = {**ORDER, "anywhere": -1}
 FAULT = re.compile(r"injected fault: (\w+ of \S+) refused")
 BY_NAME = {p.name: p for p in PHASES}
-RESERVE = 2  # slices of the feed kept for interruptions left over
+RESERVE = 4  # slices of the feed kept for interruptions left over
 DELIVERY = re.compile(r"\.delivery-\d{8}T\d{9}Z(-\d+)?")
 
 
@@ -447,8 +448,7 @@ def interrupt(work: Path, lake: Lake, plan: Interruption, duration: float,
     process, log, summary = start(work, lake, command)
     began = time.monotonic()
     tail = LogTail(log)
-    fire = began + (plan.delay if phase.within else plan.delay * 0.9 * duration) \
-        if phase.event is None else None
+    fire = began + moment(plan, duration) if phase.event is None else None
     while process.poll() is None:
         if fire is None:
             for event in tail.events():
@@ -504,35 +504,59 @@ def make_plan(rng: random.Random, kills: int, terms: int, tables: set[str] | Non
             for name, sig in zip(phases, signals, strict=False)]
 
 
-def opened(log: Path) -> dict[str, int]:
-    """Where in a run's log each phase opened first: the position of its event (the phases
-    with no event come before every other)."""
-    order = {p.name: FIRST[p.name] - len(PHASES) for p in PHASES if p.event is None}
-    for position, event in enumerate(LogTail(log).events()):
+def opened(log: Path) -> dict[str, float]:
+    """When each phase with an event first opened in a run, in seconds after the run's first
+    event (the events' own times)."""
+    times: dict[str, float] = {}
+    first: datetime | None = None
+    for event in LogTail(log).events():
+        try:
+            at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00"))
+        except (KeyError, ValueError):
+            continue
+        first = first or at
         for phase in PHASES:
-            if phase.event is not None and phase.name not in order and \
+            if phase.event is not None and phase.name not in times and \
                     event.get("event") == phase.event and phase.table in event.get("table", ""):
-                order[phase.name] = position
-    return order
+                times[phase.name] = (at - first).total_seconds()
+    return times
 
 
-def schedule(pending: list[Interruption], delivery: int, order: dict[str, int] | None = None
+def moment(step: Interruption, duration: float) -> float:
+    """When an interruption with no event fires, in seconds after its run's start (as
+    :func:`interrupt` sends it)."""
+    phase = BY_NAME[step.phase]
+    return step.delay if phase.within else step.delay * 0.9 * duration
+
+
+def schedule(pending: list[Interruption], delivery: int,
+             times: dict[str, float] | None = None, duration: float = 0.0
              ) -> tuple[list[Interruption], list[Interruption]]:
-    """The interruptions of ``pending`` that can open in delivery ``delivery`` (1 on), in
-    the order their phases opened in the delivery's clean run (``order``, from
-    :func:`opened`; the pipeline's order without it), and those left for a later one: a phase
-    not open yet (or that did not open in the clean run), or a second one of a phase that
-    opens once per delivery.
+    """The interruptions of ``pending`` that can open in delivery ``delivery`` (1 on), and
+    those left for a later one: a phase not open yet, a second one of a phase that opens once
+    per delivery, or (given ``times``, from :func:`opened` on the delivery's clean run) a phase
+    that did not open in the clean run.
 
-    Tables run at once, so the pipeline's order is not the order of time: a kill aimed at a
-    silver MERGE after a gold one would find gold's work done by the runs before it."""
+    With ``times`` they go in the order of the moments they would land at in the clean run
+    (their phase's opening, or the moment drawn for one with no event, over ``duration``);
+    without, in the pipeline's order. Tables run at once, so the pipeline's order is not the
+    order of time: a kill aimed at a silver MERGE after a gold one would find gold's work done
+    by the runs before it, and a moment drawn late in the run, sent first, would pass the
+    delivery's file set aside or renamed, a phase that opens once."""
+    def when(step: Interruption) -> float:
+        if times is None:
+            return FIRST[step.phase]
+        if BY_NAME[step.phase].event is None:
+            return moment(step, duration)
+        return times.get(step.phase, math.inf) + step.delay
+
     now: list[Interruption] = []
     later: list[Interruption] = []
-    for step in sorted(pending, key=lambda p: (order or FIRST).get(p.phase, len(ORDER))):
+    for step in sorted(pending, key=when):
         phase = BY_NAME[step.phase]
         names = [s.phase for s in now]
         if phase.first > delivery or (phase.once and step.phase in names) or (
-                order is not None and step.phase not in order):
+                times is not None and phase.event is not None and step.phase not in times):
             later.append(step)
         else:
             now.append(step)
@@ -891,7 +915,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         count = max(share - len(pending), 0)
         pending, plan = pending + plan[:count], plan[count:]
         now, later = schedule(pending, d + 1,
-                              opened(clean.last_log) if clean.last_log else None)
+                              opened(clean.last_log) if clean.last_log else None, duration)
         print(f"delivery {d + 1}: {len(files)} files, clean run {duration:.1f} s, "
               f"{len(now)} interruptions planned ({len(later) + len(plan)} for later)",
               flush=True)
