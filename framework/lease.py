@@ -110,8 +110,9 @@ class Lease:
         self.log = get_logger(lake=root, run_id=self.holder.run_id)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        # the renewing thread and advertise both change the holder and write it: one at a
-        # time, so that a renewal never writes a holder read before an advertise
+        # the renewing thread, advertise and release change the holder and write it: one at
+        # a time, so that a renewal never writes a holder read before an advertise, nor
+        # writes after the release
         self._writing = threading.Lock()
 
     @property
@@ -203,19 +204,22 @@ class Lease:
                 self.log.warning("lake.lease.renew_failed", error=str(exc))
 
     def renew(self) -> bool:
-        """Renew the lease; False (and ``on_lost`` called) if another command took it."""
-        top, current = self._top()
-        if top != self.number or current is None or current.run_id != self.run_id:
-            self.log.error("lake.lease.lost", number=self.number,
-                           holder=current.describe() if current else None,
-                           action="stopping this run at the next batch boundary")
-            self._done.set()
-            self.on_lost()
-            return False
-        with self._writing:
+        """Renew the lease; False (and ``on_lost`` called) if another command took it, False
+        too once it is released."""
+        with self._writing:  # one at a time with advertise and release
+            if self.number is None:  # released meanwhile: the released holder stays
+                return False
+            top, current = self._top()
+            if top != self.number or current is None or current.run_id != self.run_id:
+                self.log.error("lake.lease.lost", number=self.number,
+                               holder=current.describe() if current else None,
+                               action="stopping this run at the next batch boundary")
+                self._done.set()
+                self.on_lost()
+                return False
             self.holder = replace(self.holder, renewed=time.time())
             self.storage.write_bytes(self._path(top), self._bytes(self.holder))
-        return True
+            return True
 
     def release(self) -> None:
         """Give the lake back (the file stays, marked released)."""
@@ -224,12 +228,13 @@ class Lease:
             self._thread.join(timeout=10)
         if self.number is None:
             return
-        top, current = self._top()
-        if top == self.number and current is not None and current.run_id == self.run_id:
-            self.storage.write_bytes(self._path(top),
-                                     self._bytes(replace(self.holder, released=True)))
-            self.log.debug("lake.lease.released", number=top)
-        self.number = None
+        with self._writing:  # after a renewal still running (its join timed out)
+            top, current = self._top()
+            if top == self.number and current is not None and current.run_id == self.run_id:
+                self.storage.write_bytes(self._path(top),
+                                         self._bytes(replace(self.holder, released=True)))
+                self.log.debug("lake.lease.released", number=top)
+            self.number = None
 
     # ------------------------------------------------------------------ helpers
     def _path(self, number: int) -> str:

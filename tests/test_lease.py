@@ -191,3 +191,15 @@ def test_an_advertised_address_stays_in_the_lease_through_renewals(tmp_path: Pat
     finally:
         lease.release()
     assert Lease(LocalStorage(), root, "medallion sql").current() is None
+
+
+def test_a_renewal_after_the_release_leaves_the_lake_released(tmp_path: Path) -> None:
+    # as the renewing thread does when release's wait for it runs out mid-renewal
+    root, lost = str(tmp_path / "lake"), []
+    lease = Lease(LocalStorage(), root, "medallion run all", ttl=60,
+                  on_lost=lambda: lost.append(True)).acquire()
+    lease.release()
+    assert not lease.renew()
+    assert lost == []  # not taken for a lake lost to another command (which stops the run)
+    assert json.loads((tmp_path / "lake" / "_lease" / "0000000001.json").read_text())["released"]
+    assert Lease(LocalStorage(), root, "medallion sql").current() is None
