@@ -29,7 +29,7 @@ spark.createDataFrame([(3, "c")], "id INT, v STRING") \\
 
 def test_delta_table_round_trip_through_the_catalog(lakehouse: Lakehouse) -> None:
     subprocess.run([sys.executable, "-c", WRITER, str(lakehouse.conf)], check=True,
-                   env=lakehouse.cli_env(), cwd=REPO, capture_output=True, timeout=300)
+                   env=lakehouse.cli_env(), cwd=REPO, capture_output=True, timeout=900)
     name = f"{lakehouse.schemas['bronze']}.roundtrip"
     query = (f"SELECT (SELECT count(*) FROM {name}) AS now, "
              f"(SELECT count(*) FROM {name} VERSION AS OF 0) AS v0, "

@@ -295,7 +295,7 @@ def test_add_new_columns_without_a_restart_and_the_schema_history(
     env = lakehouse.cli_env()
     out = subprocess.run([*medallion_cmd(), "schema", "orders", "--env", lakehouse.env_name,
                           "--conf", str(lakehouse.conf)], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=300)
+                         env=env, cwd=REPO, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "addNewColumns" in out.stdout and "note, qty" in out.stdout
 

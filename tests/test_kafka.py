@@ -262,7 +262,7 @@ def test_eventhubs_options_and_the_secret_is_never_shown(
     done = subprocess.run(
         [*medallion_cmd(), "run", "bronze", "--summary", str(tmp_path / "run.json"),
          "--log-format", "json", "--log-level", "debug"],
-        env=lakehouse.cli_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+        env=lakehouse.cli_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     outputs = {"stdout": done.stdout, "stderr": done.stderr,
                "summary": (tmp_path / "run.json").read_text()}

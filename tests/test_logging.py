@@ -178,7 +178,7 @@ def test_a_driver_jvm_that_cannot_start_says_why_and_the_command_exits_1(
     env = lakehouse.cli_env()
     env["JAVA_HOME"] = str(lakehouse.base / "no-java")
     run = subprocess.run([*medallion_cmd(), "sql", "SELECT 1", "--log-format", "console"],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 1
     assert "no-java/bin/java: No such file or directory" in run.stderr
     assert run.stderr.splitlines()[-1].startswith(

@@ -127,7 +127,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
     # The same rows as `medallion sql`, once the server has released the catalog.
     started = time.monotonic()
     sql = subprocess.run([*medallion_cmd(), "sql", query, "--json"], env=lakehouse.cli_env(),
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert sql.returncode == 0, sql.stderr[-2000:]
     got = [json.loads(line) for line in sql.stdout.splitlines() if line.startswith("{")]
     assert [f"{r['store_id']},{r['orders']},{r['revenue']}" for r in got] == answer, \

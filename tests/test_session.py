@@ -86,7 +86,7 @@ def test_spark_submit_without_delta_fails_with_the_packages_to_add(lakehouse: La
     result = subprocess.run(
         [str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
          str(REPO / "tests" / "scripts" / "submit_probe.py"), "sql", "SELECT 1"],
-        capture_output=True, text=True, env=lakehouse.cli_env(), cwd=REPO, timeout=300,
+        capture_output=True, text=True, env=lakehouse.cli_env(), cwd=REPO, timeout=900,
     )
     # spark-submit merges the Python driver's stderr into its own stdout
     output = result.stdout + result.stderr
@@ -197,7 +197,7 @@ def test_a_metastore_whose_creation_was_killed_is_created_again(lakehouse: Lakeh
     _unfinished_metastore(metastore)
     result = subprocess.run(
         [str(BIN / "medallion"), "sql", "SHOW DATABASES", "--json"],
-        capture_output=True, text=True, env=lakehouse.cli_env(), timeout=300)
+        capture_output=True, text=True, env=lakehouse.cli_env(), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert '{"namespace": "default"}' in result.stdout
     assert (metastore / "service.properties").is_file()
