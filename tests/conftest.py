@@ -20,8 +20,8 @@ from tests.support import Lakehouse, QuickstartLake, run_quickstart
 # They work on small data: with the client compiler only and the serial collector they spend
 # less of two cores on compiling and collecting than with the server defaults (a quarter less
 # time for tests/test_silver.py and tests/test_status.py on a 2-core machine). The client
-# compiler alone reserves 48 MB for compiled code by default, which a worker's session fills
-# (the JVM then says so on stderr and stops compiling): the tiered default of 240 MB instead.
+# compiler alone reserves 48 MB for compiled code by default, which the demo's JVM fills (the
+# JVM then says so on stderr and stops compiling): the tiered default of 240 MB instead.
 JAVA_FOR_TESTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JAVA_FOR_TESTS)
 
