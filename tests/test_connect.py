@@ -383,8 +383,9 @@ WHEN_AND_WHERE = {"_file_modification_time", "_ingested_at", "_batch_id", "batch
 def _medallion(conf: Path, env: str, root: Path, *args: str) -> str:
     """``medallion ARGS --env ENV`` on the lake at ``root`` with the configuration ``conf``;
     its output, once it has exited 0."""
+    # (no SPARK_REMOTE or Connect mode from outside; the test JVMs' settings, tests/conftest.py)
     environment = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("MEDALLION_", "SPARK_"))}
+                   if not k.startswith(("MEDALLION_", "SPARK_")) or k == "SPARK_SUBMIT_OPTS"}
     environment.update(MEDALLION_ROOT=str(root), MEDALLION_CONF=str(conf))
     done = subprocess.run([*medallion_cmd(), *args, "--env", env], capture_output=True,
                           text=True, env=environment, timeout=1500)
