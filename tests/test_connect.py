@@ -546,7 +546,7 @@ def test_a_server_killed_mid_batch_then_a_rerun_loses_and_doubles_nothing(
         lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
         base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
         assert cli(lakehouse, "init", *base).returncode == 0
-        ids = write_order_files(lakehouse.path("landing", "orders"), files=8, per_file=20)
+        ids = write_order_files(lakehouse.path("landing", "orders"), files=4, per_file=20)
         run = CliRun(["run", "bronze", *base], lakehouse.cli_env())
         run.wait_for("stream.batch.progress", timeout=600, batch_id=1)
         first.kill()
@@ -561,4 +561,4 @@ def test_a_server_killed_mid_batch_then_a_rerun_loses_and_doubles_nothing(
                    for line in run.lines), "".join(run.lines[-20:])
         again = cli(lakehouse, "run", "bronze", *base, timeout=900)
         assert again.returncode == 0, again.stdout + again.stderr[-3000:]
-        _assert_ingested_once(lakehouse, base, ids, files=8)
+        _assert_ingested_once(lakehouse, base, ids, files=4)

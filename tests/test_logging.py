@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -15,6 +16,7 @@ from bronze.job import BronzeJob
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus
 from framework.logging import LogFormat, configure_logging, get_logger, redact
+from framework.redaction import SPARK_STRING_REDACTION_REGEX
 from framework.session import _env_conf
 from tests.support import (
     BIN,
@@ -115,6 +117,47 @@ def test_redaction_keeps_ordinary_fields() -> None:
         "keys": ["order_id"], "join_key": "store_id", "password": "***", "rows": 3,
         "nested": {"sas_token": "***", "url": "https://x/y?sv=1&sig=***"},
     }
+
+
+# Each secret format Spark masks in the text it produces (framework.redaction), in several
+# cases: (text, the secret in it)
+PLAN_SECRETS = [
+    ("AccountKey=k3yA1;", "k3yA1"), ("accountkey=k3yA2 x", "k3yA2"),
+    ("SharedAccessSignature=sv1k3yA3", "sv1k3yA3"), ("SHAREDACCESSKEY=k3yA4", "k3yA4"),
+    ("Password=p4ssA5", "p4ssA5"), ("PWD=p4ssA6", "p4ssA6"),
+    ("https://x/y?sv=1&sig=s1gA7&se=2", "s1gA7"), ("https://x/y?SIG=s1gA8", "s1gA8"),
+    ("Bearer t0kenA9.x", "t0kenA9.x"), ("client_secret=s3cA10&x=1", "s3cA10"),
+    ('password="p 4ssA11"', "p 4ssA11"),
+]
+
+
+def test_spark_masks_each_secret_format_in_a_query_plan_and_nothing_else(
+    spark: SparkSession
+) -> None:
+    """The worker's session has the framework's settings (tests/conftest.py)."""
+    for text, secret in PLAN_SECRETS:
+        plan = "\n".join(r[0] for r in spark.sql(
+            f"EXPLAIN EXTENDED SELECT '{text}' AS v, 'ordinary text' AS w").collect())
+        assert secret not in plan and "*********(redacted)" in plan, (text, plan)
+        assert "ordinary text" in plan
+
+
+def test_the_plan_redaction_s_lookahead_changes_no_match() -> None:
+    """The lookahead that makes Spark's scan cheap only refuses positions where no format
+    begins: with or without it, the same text is masked, in plans and around every format."""
+    guard = "(?=[aAsSpPbBcC?&][cChHaAwWsSeElL])"
+    assert guard in SPARK_STRING_REDACTION_REGEX
+    guarded = re.compile(SPARK_STRING_REDACTION_REGEX)
+    unguarded = re.compile(SPARK_STRING_REDACTION_REGEX.replace(guard, ""))
+    plan = ("+- FileScan parquet [add#12,remove#13] Batched: true, Location: InMemoryFileIndex["
+            "file:/lake/tables/bronze/orders/_delta_log/00000000000000000003.json], "
+            "PushedFilters: [IsNotNull(password), EqualTo(pwd,1)], ReadSchema: struct<path:"
+            "string,sas:string,client:string,bearer:string,account:string,shared:string>\n")
+    texts = [plan, *(f"{plan}{before}{text}{after}{plan}" for text, _ in PLAN_SECRETS
+                     for before, after in (("", ""), (" ", ";"), ("=", "&"), ("x", "\n")))]
+    for text in texts:
+        assert guarded.sub("*", text) == unguarded.sub("*", text), text
+    assert sum(guarded.sub("*", t) != t for t in texts) == 4 * len(PLAN_SECRETS)
 
 
 def test_a_run_whose_files_fail_prints_no_java_stack_at_the_default_level(
