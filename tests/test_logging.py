@@ -7,6 +7,9 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -117,6 +120,69 @@ def test_redaction_keeps_ordinary_fields() -> None:
         "keys": ["order_id"], "join_key": "store_id", "password": "***", "rows": 3,
         "nested": {"sas_token": "***", "url": "https://x/y?sv=1&sig=***"},
     }
+
+
+def test_progress_reports_reach_the_listener_without_a_java_exception(
+    spark: SparkSession, lakehouse: Lakehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyspark's own bridge reads a report field by field and ends each of its maps and lists
+    on a Java exception, each converted through tens of class lookups; the framework's reads
+    the report's JSON (framework.listener)."""
+    import pyspark.errors.exceptions.captured as captured
+
+    converted: list[str] = []
+    convert = captured.convert_exception
+
+    def counting(error: Any) -> Any:
+        converted.append(str(error).splitlines()[0])
+        return convert(error)
+
+    monkeypatch.setattr(captured, "convert_exception", counting)
+    lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
+    write_order_files(lakehouse.path("landing", "orders"), files=2, per_file=3)
+    table = lakehouse.project().table("orders", Layer.BRONZE)
+    with capture_logs() as logs:
+        summary = BronzeJob(spark, table, RunContext()).run()
+    assert summary.status is RunStatus.SUCCEEDED
+    assert [e["batch_id"] for e in logs if e["event"] == "stream.batch.progress"] == [0, 1]
+    assert [c for c in converted if "NoSuchElementException" in c] == []
+
+
+def test_a_progress_report_read_from_its_json_is_the_one_read_field_by_field(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Everything the framework takes from a report (framework.listener.BatchProgress), from a
+    query with a watermark, state, an observed metric and a file source."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    from framework.listener import BatchProgress
+
+    write_order_files(tmp_path / "in", files=2, per_file=5)
+    stream = (spark.readStream.schema("order_id STRING, quantity INT, event_time TIMESTAMP")
+              .option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+              .withWatermark("event_time", "1 hour").dropDuplicates(["order_id"])
+              .observe("written", F.count(F.lit(1)).alias("rows")))
+    query = (stream.writeStream.format("delta").option("checkpointLocation",
+                                                       str(tmp_path / "cp"))
+             .trigger(availableNow=True).start(str(tmp_path / "out")))
+    query.awaitTermination(300)
+    reports = list(query._jsq.recentProgress())  # (the classic driver's report objects)
+    by_field = [BatchProgress.from_progress(StreamingQueryProgress.fromJObject(r))
+                for r in reports]
+    from_json = [BatchProgress.from_progress(StreamingQueryProgress.fromJson(json.loads(
+        r.json()))) for r in reports]
+    # the same, but the rates, which the JSON gives to one decimal place (as the events do)
+    rates = ("input_rows_per_second", "processed_rows_per_second")
+    assert [replace(b, **dict.fromkeys(rates, 0.0)) for b in from_json] == \
+        [replace(b, **dict.fromkeys(rates, 0.0)) for b in by_field]
+    for exact, rounded in zip(by_field, from_json, strict=True):
+        for rate in rates:
+            assert getattr(rounded, rate) == pytest.approx(getattr(exact, rate), abs=0.051)
+    assert sum(b.input_rows for b in by_field) == 10
+    assert sum(b.observed["written"]["rows"] for b in by_field) == 10
+    assert max(b.state_rows for b in by_field) == 10
+    assert by_field[-1].watermark is not None
 
 
 # Each secret format Spark masks in the text it produces (framework.redaction), in several
