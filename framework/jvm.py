@@ -22,11 +22,14 @@ the listener's session         the JVM session                        the sessio
 pruning evidence               the executed plan's scan nodes         ``DataFrame.executionInfo``
 the optimizer's size estimate  the optimized plan's statistics        ``EXPLAIN COST``
 ``medallion serve``            Spark's Thrift server in the driver    refused (exit 2)
+progress reports               read from their JSON (the listener's   the client's listener
+                               bridge, :func:`listener_bridge`)       bus, from the same JSON
 ============================  =====================================  =========================
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -34,6 +37,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
 from framework.errors import SessionError, UsageError, first_line
 
@@ -55,6 +59,27 @@ def require_classic(spark: SparkSession, what: str) -> None:
 def gateway(spark: SparkSession) -> Any:
     """The driver JVM's Py4J view (classic sessions only)."""
     return spark._jvm
+
+
+class _ProgressFromJson(JStreamingQueryListener):
+    """pyspark's bridge from a classic driver's listener bus, each progress report read from
+    its JSON: one call into the JVM, where pyspark's reads it field by field, tens of calls,
+    and walks each of its maps and lists to a Java exception at the end, which pyspark
+    converts through tens of failed class lookups in the JVM. The report is the same, but its
+    rates, to one decimal place as the events give them (Spark Connect's clients read the same
+    JSON)."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+
+
+def listener_bridge(listener: Any) -> Any:
+    """The JVM side of a Python streaming query listener in a classic driver: pyspark's
+    wrapper, around :class:`_ProgressFromJson`."""
+    from pyspark import SparkContext
+
+    jvm: Any = SparkContext._jvm
+    return jvm.PythonStreamingQueryListenerWrapper(_ProgressFromJson(listener))
 
 
 def hadoop_configuration(spark: SparkSession) -> Any:

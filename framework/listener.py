@@ -18,14 +18,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
-    JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
 )
 
-from framework.jvm import session_key
+from framework.jvm import listener_bridge, session_key
 from framework.logging import get_logger
 from framework.microbatch import ClientOnly
 
@@ -115,18 +114,6 @@ def _finite(value: Any) -> float:
     return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
 
 
-class _ProgressFromJson(JStreamingQueryListener):
-    """pyspark's bridge from a classic driver's listener bus, each progress report read from
-    its JSON: one call into the JVM, where pyspark's reads it field by field, tens of calls,
-    and walks each of its maps and lists to a Java exception at the end, which pyspark
-    converts through tens of failed class lookups in the JVM. The report is the same, but its
-    rates, to one decimal place as the events give them (Spark Connect's clients read the same
-    JSON)."""
-
-    def onQueryProgress(self, jevent: Any) -> None:
-        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
-
-
 class ProgressListener(StreamingQueryListener, ClientOnly):
     """Turns each query progress into one event and keeps it for the job's summary."""
 
@@ -146,13 +133,11 @@ class ProgressListener(StreamingQueryListener, ClientOnly):
 
     @property
     def _jlistener(self) -> Any:
-        """The JVM side of the listener in a classic driver (pyspark's, with
-        :class:`_ProgressFromJson` for a bridge); a Connect client has none."""
+        """The JVM side of the listener in a classic driver (where pyspark's own reads each
+        progress report field by field: :func:`framework.jvm.listener_bridge`); a Connect
+        client has none."""
         if not hasattr(self, "_jlistenerobj"):
-            from pyspark import SparkContext
-
-            jvm: Any = SparkContext._jvm
-            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_ProgressFromJson(self))
+            self._jlistenerobj = listener_bridge(self)
         return self._jlistenerobj
 
     @classmethod
