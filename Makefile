@@ -21,6 +21,9 @@ CORE_TESTS   := tests/test_config.py tests/test_bronze.py tests/test_silver.py t
 .PHONY: setup demo test lint clean
 
 setup: $(STAMP) $(OLDEST_STAMP)
+	@# the tests' JVMs share an archive of the classes a driver loads (tests/jvm_classes.py)
+	$(BIN)/python -m tests.jvm_classes
+	$(OLDEST_BIN)/python -m tests.jvm_classes
 
 $(STAMP): setup.cfg pyproject.toml deploy/yarn/pom.xml deploy/kafka/pom.xml
 	$(PYTHON) -m venv $(VENV)

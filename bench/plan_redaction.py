@@ -28,12 +28,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.config.model import Environment, Runtime
-from framework.redaction import SPARK_STRING_REDACTION_REGEX
+from framework.redaction import PLAN_SECRET_LOOKAHEAD, SPARK_STRING_REDACTION_REGEX
 from framework.session import get_spark
 
-GUARD = "(?=[aAsSpPbBcC?&][cChHaAwWsSeElL])"
 PATTERNS = {"lookahead": SPARK_STRING_REDACTION_REGEX,
-            "no lookahead": SPARK_STRING_REDACTION_REGEX.replace(GUARD, ""),
+            "no lookahead": SPARK_STRING_REDACTION_REGEX.replace(PLAN_SECRET_LOOKAHEAD, ""),
             "none": ""}
 KEY = "spark.sql.redaction.string.regex"
 SECRETS = ("AccountKey=k3y1; SharedAccessSignature=s1g2 https://h/p?sv=1&sig=s1g3 "

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
 from tests.faultfs import spark_conf as faulty_conf
+from tests.jvm_classes import sharing_options
 from tests.minicluster import minicluster
 from tests.support import Lakehouse, QuickstartLake, run_quickstart
 
@@ -35,6 +36,8 @@ from tests.support import Lakehouse, QuickstartLake, run_quickstart
 # instead of 463 s for the oldest pair (two CI runs from fresh clones on a quiet machine).
 # The drivers and executors of the YARN cluster's containers get the same settings
 # (yarn_cluster below): tests/test_yarn.py then takes 346 CPU seconds instead of 424.
+# And the JVMs started here map an archive of the classes a driver loads (tests/jvm_classes.py,
+# made before the first test), instead of each loading and linking them from the jars.
 JVM_FOR_TESTS = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC "
                  "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 SPARK_FOR_TESTS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
@@ -44,6 +47,13 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", JAVA_FOR_TESTS)
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
 LONG = ("test_crash", "test_readme", "test_lifecycle", "test_kafka", "test_report",
         "test_serve", "test_connect", "test_refresh")  # a minute or more each
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any worker starts (they inherit the environment): the class archive, made once
+    per virtualenv, on the JVMs' command line, unless SPARK_SUBMIT_OPTS came from outside."""
+    if not hasattr(config, "workerinput") and os.environ["SPARK_SUBMIT_OPTS"] == JAVA_FOR_TESTS:
+        os.environ["SPARK_SUBMIT_OPTS"] = sharing_options(JAVA_FOR_TESTS)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -41,6 +41,11 @@ from tests.support import (
 )
 from tests.test_gold import STORES, with_sales_mart
 
+# One worker runs them all, one after the other, with the quickstart's lake the demo's test
+# compares with: the module's server is then started once, not once per worker, or again
+# after another module's test came in between.
+pytestmark = pytest.mark.xdist_group("quickstart")
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
@@ -439,7 +444,6 @@ def _files(root: Path, folder: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("quickstart")  # with tests/test_readme.py: the quickstart's lake once
 def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     server: ConnectServer, spark: SparkSession, quickstart_lake: QuickstartLake, tmp_path: Path
 ) -> None:

@@ -19,7 +19,7 @@ from bronze.job import BronzeJob
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus
 from framework.logging import LogFormat, configure_logging, get_logger, redact
-from framework.redaction import SPARK_STRING_REDACTION_REGEX
+from framework.redaction import PLAN_SECRET_LOOKAHEAD, SPARK_STRING_REDACTION_REGEX
 from framework.session import _env_conf
 from tests.support import (
     BIN,
@@ -211,7 +211,7 @@ def test_spark_masks_each_secret_format_in_a_query_plan_and_nothing_else(
 def test_the_plan_redaction_s_lookahead_changes_no_match() -> None:
     """The lookahead that makes Spark's scan cheap only refuses positions where no format
     begins: with or without it, the same text is masked, in plans and around every format."""
-    guard = "(?=[aAsSpPbBcC?&][cChHaAwWsSeElL])"
+    guard = PLAN_SECRET_LOOKAHEAD
     assert guard in SPARK_STRING_REDACTION_REGEX
     guarded = re.compile(SPARK_STRING_REDACTION_REGEX)
     unguarded = re.compile(SPARK_STRING_REDACTION_REGEX.replace(guard, ""))

@@ -74,7 +74,9 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
         # the YARN environment takes its root and metastore from env.sh's variables
         "yarn": {"runtime": "submit", "root": f"${{MEDALLION_HDFS_ROOT}}/parity_{suffix}",
                  "metastore": "${MEDALLION_METASTORE}", "shuffle_partitions": 2,
-                 "spark_conf": {"spark.databricks.delta.snapshotPartitions": "2"}},
+                 # (one executor: a JVM fewer per application, on a cluster of one node)
+                 "spark_conf": {"spark.databricks.delta.snapshotPartitions": "2",
+                                "spark.executor.instances": "1"}},
     }
     for name, body in envs.items():
         (conf / "environments").mkdir(parents=True, exist_ok=True)
