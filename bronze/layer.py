@@ -62,9 +62,22 @@ def _planner() -> Planner:
     return planned_schema
 
 
+def backlog(table: Table) -> bool | None:
+    """Whether files wait in a file feed's landing folder (names Spark's file source reads:
+    none starting with '.' or '_'); None for a log of records, whose offsets Spark reads."""
+    from framework.storage import storage_for
+
+    landing = table.spec.backlog_path(table)
+    if isinstance(table.spec, StreamTableSpec) or landing is None:
+        return None
+    store = storage_for(landing, table.env)
+    return store.exists(landing) and any(
+        not f.path.rsplit("/", 1)[-1].startswith((".", "_")) for f in store.list_files(landing))
+
+
 KINDS = Kinds(specs={**{f: BronzeTableSpec for f in SourceFormat},
                      **{f: StreamTableSpec for f in StreamFormat}},
               default=SourceFormat.JSON, key="source.format")
 
 PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=KINDS, job=_job, planner=_planner,
-                     commands=add_commands)
+                     commands=add_commands, backlog=backlog)

@@ -32,6 +32,7 @@ from framework.commands import (
     release_lake,
     spark_for,
     storage_of,
+    take_lake,
     write_json,
 )
 from framework.config.model import Layer
@@ -300,7 +301,7 @@ def _warn_stale(spark: Any, project: ProjectConfig) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from framework.job import RunStatus, StopSignal
-    from framework.runner import run_until_stopped, select_tables
+    from framework.runner import run_until_stopped, select_tables, up_to_date
 
     project = project_of(args)
     layer = None if args.layer == "all" else Layer(args.layer)
@@ -310,9 +311,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     stop = StopSignal()  # a stop asked for while the lake is taken or Spark starts counts too
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
-        spark = spark_for(project, f"medallion run {args.layer}", writes=True)
-        summary = run_until_stopped(spark, project, tables, args.continuous,
-                                    run_id=lake_run_id(), stop=stop, parallel=args.parallel)
+        app = f"medallion run {args.layer}"
+        run_id = take_lake(project, app, writes=True)
+        # nothing new anywhere: answered from the lake's files, without starting Spark
+        summary = None if args.continuous else up_to_date(project, tables, run_id)
+        if summary is None:
+            summary = run_until_stopped(spark_for(project, app, writes=True), project, tables,
+                                        args.continuous, run_id=run_id, stop=stop,
+                                        parallel=args.parallel)
     print(summary.render())
     if args.summary:
         write_json(args.summary, summary.to_dict())

@@ -73,6 +73,24 @@ def read_state(location: str, env: Environment) -> LogState | None:
                            f"found: {first_line(exc)}") from exc
 
 
+def log_version(location: str, env: Environment) -> int | None:
+    """The current version of the Delta table at ``location`` (None: no table there): what a
+    run needs to tell whether a table changed."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    uri, options = table_uri(location, env)
+    if not scheme_of(uri) and not _has_log(uri):
+        return None
+    try:
+        return DeltaTable(uri, storage_options=options or None).version()
+    except TableNotFoundError:
+        return None
+    except (DeltaError, OSError) as exc:
+        raise StorageError(f"expected to read the Delta log of the table at {location}, "
+                           f"found: {first_line(exc)}") from exc
+
+
 def table_uri(location: str, env: Environment) -> tuple[str, dict[str, str]]:
     """The URI ``deltalake`` opens for ``location`` and its storage options."""
     scheme = scheme_of(location)

@@ -76,6 +76,7 @@ class RunStatus(StrEnum):
     STOPPED = "stopped"  # stopped on request at a batch boundary
     FAILED = "failed"
     SKIPPED = "skipped"  # not started: a table it reads failed, or a stop was requested
+    UP_TO_DATE = "up_to_date"  # not started: nothing new since its last run (framework.pending)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ The plugin gives:
 - ``job``: the job class that runs a table, from its spec (a layer with several kinds of table
   chooses by the spec's kind);
 - ``planner``: how ``medallion validate`` derives a table's schema from its inputs' (optional);
-- ``commands``: the layer's own ``medallion`` sub-commands (optional).
+- ``commands``: the layer's own ``medallion`` sub-commands (optional);
+- ``backlog``: whether input waits in a table's own source, read without Spark (optional: a
+  layer without one reads only other tables, whose new commits the framework sees itself); None
+  when only Spark can tell (a log of records' offsets), and the table then always runs.
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -99,6 +102,7 @@ class LayerPlugin:
     job: Callable[[TableSpec], JobFactory]
     planner: Callable[[], Planner] | None = None
     commands: Callable[[Commands], None] | None = None
+    backlog: Callable[[Table], bool | None] | None = None
 
     @property
     def models(self) -> list[type[TableSpec]]:
@@ -144,6 +148,12 @@ def spec_model(layer: Layer, data: Mapping[str, Any]) -> type[TableSpec]:
 def job_class(table: Table) -> JobFactory:
     """The job class that runs ``table``."""
     return plugin(table.layer).job(table.spec)
+
+
+def backlog_of(table: Table) -> bool | None:
+    """Whether input waits in ``table``'s own source (see :class:`LayerPlugin`)."""
+    backlog = plugin(table.layer).backlog
+    return backlog(table) if backlog is not None else False
 
 
 def planner(layer: Layer) -> Planner | None:

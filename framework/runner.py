@@ -9,11 +9,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from graphlib import TopologicalSorter
 
 from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Layer, ProjectConfig, Table
-from framework.errors import OperationOpenError, first_line
+from framework.errors import MedallionError, OperationOpenError, first_line
 from framework.identifiers import quote_name
 from framework.job import (
     RunContext,
@@ -27,7 +28,9 @@ from framework.jvm import is_connect
 from framework.layers import job_class
 from framework.listener import ProgressListener
 from framework.logging import get_logger
+from framework.pending import Marks
 from framework.session import local_cores
+from framework.storage import storage_for
 
 # Tables run at once by default at most: while one query plans and commits on the driver,
 # another's tasks use the cores; past a few, queries only queue for the same cores.
@@ -46,11 +49,11 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
                       run_id: str | None = None, stop: StopSignal | None = None,
                       parallel: int | None = None) -> RunSummary:
     """Run ``tables`` in flow order, up to ``parallel`` at once (:func:`run_tables`; by
-    default :func:`default_parallel`, or all of them when ``continuous``); SIGTERM and
-    SIGINT stop them at a batch boundary.
+    default :func:`default_parallel`, or all of them when ``continuous``).
     ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake lease's,
-    when the command took one; ``stop``, the command's stop request, if it listened for
-    signals before (a stop asked for before any table started skips them all)."""
+    when the command took one; ``stop``, the command's stop request, which its caller turns
+    SIGTERM and SIGINT into (a stop asked for before any table started skips them all);
+    without one, SIGTERM and SIGINT stop the tables at a batch boundary while they run."""
     at_once = parallel or (max(1, len(tables)) if continuous
                            else default_parallel(project.env))
     if is_connect(spark) and at_once > 1:
@@ -69,11 +72,13 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
     )
     if run_id:
         ctx.run_id = run_id
+    signals = contextlib.nullcontext() if stop is not None \
+        else ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT)
     if stop is not None:
         ctx.stop = stop
     watching = (ProgressListener.install(spark).watching(watch) if watch
                 else contextlib.nullcontext())
-    with ctx.stop.on_signals(signal.SIGTERM, signal.SIGINT), watching:
+    with signals, watching:
         from framework.refresh import finish_open
 
         still_open = finish_open(spark, project, ctx, run_tables)  # (a refresh left open)
@@ -82,6 +87,30 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
             raise OperationOpenError(f"expected the refresh left open to complete before "
                                      f"the tables run, found it still open: {still_open}")
         return run_tables(spark, project, tables, ctx)
+
+
+def up_to_date(project: ProjectConfig, tables: Sequence[Table],
+               run_id: str | None = None) -> RunSummary | None:
+    """The summary of a run that has nothing to do, found without Spark: every table of
+    ``tables`` up to date (:mod:`framework.pending`) and no refresh left open. None when some
+    table has work, or the lake can only be read with Spark: the run starts Spark and runs."""
+    from framework.journal import Journal
+
+    began = time.monotonic()
+    marks = Marks(project.env)
+    if not marks.enabled or not tables:
+        return None
+    store = storage_for(project.env.root, project.env)
+    if store.exists(Journal(store, project.env.root).folder):
+        return None  # (a refresh left open is completed first, with Spark)
+    if any(marks.pending(t) is not None for t in tables):
+        return None
+    summary = RunSummary(run_id=run_id or RunContext().run_id, env=project.env.name,
+                         tables=[_up_to_date(t) for t in tables],
+                         duration_s=time.monotonic() - began)
+    get_logger(env=project.env.name, run_id=summary.run_id).info(
+        "run.finished", **summary.to_dict())
+    return summary
 
 
 def select_tables(
@@ -110,7 +139,9 @@ def run_tables(
 ) -> RunSummary:
     """Run each table's job. A table that reads (directly or through others) a table that
     failed, or was skipped, is skipped; the others run. After a stop request the rest are
-    skipped.
+    skipped. Outside a refresh, a table that is up to date when its turn comes
+    (:mod:`framework.pending`: nothing new upstream or in its own source since its last run)
+    is not run: it ends ``up_to_date``.
 
     With ``ctx.parallel`` above 1, up to that many tables run at once, each on a thread of
     its own in the one session, as Spark's declarative pipelines run independent flows: a
@@ -125,9 +156,18 @@ def run_tables(
     create_schemas(spark, tables)
     not_run: dict[tuple[Layer, str], str] = {}  # failed ("") or skipped (why)
     ended: dict[tuple[Layer, str], TableRunSummary] = {}
+    marks = Marks(project.env) if ctx.operation is None and not ctx.trigger.continuous \
+        else None
 
-    def skip_reason(table: Table) -> str | None:
-        return _skip_reason(project, table, not_run, ctx)
+    def skip(table: Table) -> TableRunSummary | None:
+        reason = _skip_reason(project, table, not_run, ctx)
+        return _skipped(table, reason) if reason is not None else None
+
+    def current(table: Table) -> TableRunSummary | None:
+        if marks is None or marks.pending(table) is not None:
+            return None
+        log.info("job.up_to_date", table=table.full_name)
+        return _up_to_date(table)
 
     def end(table: Table, result: TableRunSummary) -> None:
         ended[(table.layer, table.name)] = result
@@ -139,88 +179,112 @@ def run_tables(
             summary.stopped = summary.stopped or ctx.stop.is_set()
 
     if ctx.parallel > 1 and len(tables) > 1:
-        _run_at_once(spark, tables, ctx, skip_reason, end)
+        _run_at_once(spark, tables, ctx, skip, current, end)
     else:
         for table in tables:
-            reason = skip_reason(table)
-            end(table, _skipped(table, reason) if reason is not None
-                else job_class(table)(spark, table, ctx).run())
+            end(table, skip(table) or current(table) or run_job(spark, table, ctx))
     summary.tables = [ended[(t.layer, t.name)] for t in tables]
     summary.duration_s = time.monotonic() - started
     log.info("run.finished", **summary.to_dict())
     return summary
 
 
+def run_job(spark: SparkSession, table: Table, ctx: RunContext) -> TableRunSummary:
+    """Run the table's job. Outside a refresh, a job that completes marks the table up to date
+    against what it read (:mod:`framework.pending`); the mark is removed as the job begins."""
+    marks = Marks(table.env)
+    try:
+        upstream = marks.begin(table)
+    except MedallionError as exc:
+        return TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
+                               error=str(exc))
+    result = job_class(table)(spark, table, ctx).run()
+    if upstream is not None and result.status is RunStatus.SUCCEEDED and ctx.operation is None:
+        try:
+            marks.complete(table, upstream)
+        except MedallionError as exc:  # (no mark: the next run runs the table again)
+            get_logger(table=table.full_name, run_id=ctx.run_id).warning(
+                "job.mark.unwritten", error=str(exc))
+    return result
+
+
 def _skipped(table: Table, reason: str) -> TableRunSummary:
     return TableRunSummary(table.full_name, table.layer.value, RunStatus.SKIPPED, error=reason)
 
 
-def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
-                 skip_reason: Callable[[Table], str | None],
-                 end: Callable[[Table, TableRunSummary], None]) -> None:
-    """Run ``tables`` up to ``ctx.parallel`` at once (see :func:`run_tables`).
+def _up_to_date(table: Table) -> TableRunSummary:
+    return TableRunSummary(table.full_name, table.layer.value, RunStatus.UP_TO_DATE)
 
-    This thread starts each table on a daemon thread of its own once the tables it reads
-    have ended, and hands every result to ``end`` (skips too, with ``skip_reason``'s
-    reason), so the bookkeeping stays on one thread.
+
+def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
+                 skip: Callable[[Table], TableRunSummary | None],
+                 current: Callable[[Table], TableRunSummary | None],
+                 end: Callable[[Table, TableRunSummary], None]) -> None:
+    """Run ``tables`` up to ``ctx.parallel`` at once (see :func:`run_tables`), scheduled by
+    :class:`graphlib.TopologicalSorter` over the tables each reads among ``tables``.
+
+    This thread starts each ready table on a daemon thread of its own, and hands every result
+    to ``end`` (the summary of a table ``skip`` or, once there is room for it, ``current``
+    answers for, too), so the bookkeeping stays on one thread.
 
     A second stop signal, which only this thread receives, ends the run at once, as it ends a
     run of one table at a time: the streaming queries still running are stopped and their
     tables end failed ("interrupted by a second signal"), whatever step their job was in;
     the next run takes what they left, as after a kill."""
-    selected = {(t.layer, t.name) for t in tables}
-    waits_for = {(t.layer, t.name): {u for u in t.spec.upstream() if u in selected}
-                 for t in tables}
-    pending = list(tables)
+    by_key = {(t.layer, t.name): t for t in tables}
+    order = {key: i for i, key in enumerate(by_key)}
+    graph = TopologicalSorter({key: [u for u in t.spec.upstream() if u in by_key]
+                               for key, t in by_key.items()})
+    graph.prepare()
+    ready: list[tuple[Layer, str]] = []
     running: dict[tuple[Layer, str], Table] = {}
-    ended: set[tuple[Layer, str]] = set()
+    done: set[tuple[Layer, str]] = set()
     results: queue.Queue[tuple[Table, TableRunSummary]] = queue.Queue()
 
     def work(table: Table) -> None:
         try:
-            result = job_class(table)(spark, table, ctx).run()
+            result = run_job(spark, table, ctx)
         except BaseException as exc:  # (a job ends in a summary; anything else still ends it)
             result = TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
                                      error=f"{type(exc).__name__}: {first_line(exc)}")
         results.put((table, result))
 
     def take(table: Table, result: TableRunSummary) -> None:
-        del running[(table.layer, table.name)]
-        ended.add((table.layer, table.name))
+        key = (table.layer, table.name)
+        running.pop(key, None)
+        done.add(key)
+        graph.done(key)
         end(table, result)
 
     with ctx.stop.forwarding():
-        while pending or running:
+        while graph.is_active():
             if ctx.stop.is_forced():
                 with contextlib.suppress(queue.Empty):
                     while True:  # (what ended before)
                         take(*results.get_nowait())
                 _interrupt(spark, list(running.values()), ctx, take)
-                for table in pending:
-                    end(table, _skipped(table, f"a stop was requested ({ctx.stop.reason})"))
+                for key in by_key:
+                    if key not in done:
+                        end(by_key[key], _skipped(by_key[key],
+                                                  f"a stop was requested ({ctx.stop.reason})"))
                 return
-            for table in list(pending):
-                key = (table.layer, table.name)
-                if not waits_for[key] <= ended:
+            ready = sorted([*ready, *graph.get_ready()], key=order.__getitem__)
+            for key in list(ready):  # (in flow order)
+                table = by_key[key]
+                result = skip(table)
+                if result is None and len(running) >= ctx.parallel:
                     continue
-                reason = skip_reason(table)
-                if reason is None and len(running) >= ctx.parallel:
-                    continue
-                pending.remove(table)
-                if reason is not None:
-                    ended.add(key)
-                    end(table, _skipped(table, reason))
+                ready.remove(key)
+                result = result or current(table)
+                if result is not None:
+                    take(table, result)
                     continue
                 running[key] = table
                 threading.Thread(target=work, args=(table,), daemon=True,
                                  name=f"job {table.full_name}").start()
-            if not running:
-                if pending:  # (in flow order, a table reads only tables before it)
-                    raise RuntimeError(f"expected tables that read each other in flow order, "
-                                       f"found {[t.full_name for t in pending]} waiting")
-                continue
-            with contextlib.suppress(queue.Empty):
-                take(*results.get(timeout=1.0))
+            if running:
+                with contextlib.suppress(queue.Empty):
+                    take(*results.get(timeout=1.0))
 
 
 def _interrupt(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,

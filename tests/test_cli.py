@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from tests.support import (
     archived_files,
     bronze_spec,
     files_under,
+    medallion_cmd,
     write_json_lines,
     write_order_files,
 )
@@ -202,11 +204,11 @@ def test_land_uploads_whole_files_into_the_landing_folder_and_never_overwrites(
 SALES_SCHEMA = "order_id STRING, store_id STRING, amount INT, event_time TIMESTAMP"
 
 
-def _sales_lake(lakehouse: Lakehouse) -> None:
+def _sales_lake(lakehouse: Lakehouse, broken: bool = True) -> None:
     """Orders and stores in bronze and silver, a broken feed (no landing folder) with a
     silver table over it, and a gold mart over silver that sorts before everything else."""
-    for name, schema in (("orders", SALES_SCHEMA), ("stores", "store_id STRING, region STRING"),
-                         ("broken", SALES_SCHEMA)):
+    feeds = [("orders", SALES_SCHEMA), ("stores", "store_id STRING, region STRING")]
+    for name, schema in feeds + ([("broken", SALES_SCHEMA)] if broken else []):
         lakehouse.add_table("bronze", name, {"source": {
             "path": f"landing/{name}", "format": "json", "schema": schema}})
         lakehouse.add_table("silver", name, {"source": name})
@@ -269,6 +271,51 @@ def test_run_all_on_a_fresh_lake_makes_its_schemas_and_skips_only_what_reads_a_f
                          ("a_sales_by_region@gold", ["orders@silver", "stores@silver"])):
         assert at[("started", table)] > max(at[("finished", r)] for r in reads)
     assert ("started", "broken@silver") not in at  # skipped
+
+
+def test_a_run_with_nothing_new_starts_no_jvm_and_one_new_file_runs_only_its_flow(
+    spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path
+) -> None:
+    _sales_lake(lakehouse, broken=False)
+    mart = f"{lakehouse.schemas['gold']}.a_sales_by_region"
+
+    def run_all(*extra: str) -> dict[str, str]:
+        summary = tmp_path / "summary.json"
+        assert main(_args(lakehouse, "run", "all", "--summary", str(summary), *extra)) == 0
+        return {t["table"].rsplit(".", 1)[-1] + "@" + t["layer"]: t["status"]
+                for t in json.loads(summary.read_text())["tables"]}
+
+    assert set(run_all().values()) == {"succeeded"}
+    assert spark.table(mart).count() == 9
+
+    # Nothing new: answered from the lake's files. With no Java to start, a run that started
+    # Spark would fail (the gateway cannot launch).
+    env = {**lakehouse.cli_env(), "JAVA_HOME": str(tmp_path / "no-java")}
+    summary = tmp_path / "quiet.json"
+    began = time.monotonic()
+    done = subprocess.run([*medallion_cmd(), "run", "all", "--summary", str(summary)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    quiet = json.loads(summary.read_text())
+    assert quiet["status"] == "succeeded"
+    assert [t["status"] for t in quiet["tables"]] == ["up_to_date"] * 5
+    assert time.monotonic() - began < 60  # (no JVM: seconds, on a loaded machine too)
+
+    # One new file of orders: only the orders flow runs
+    write_json_lines(lakehouse.path("landing", "orders", "o2.json"), [
+        {"order_id": f"o{i}", "store_id": "s1", "amount": i,
+         "event_time": "2026-11-01T11:00:00Z"} for i in range(9, 12)])
+    assert run_all() == {"orders@bronze": "succeeded", "stores@bronze": "up_to_date",
+                         "orders@silver": "succeeded", "stores@silver": "up_to_date",
+                         "a_sales_by_region@gold": "succeeded"}
+    assert spark.table(mart).count() == 12
+
+    # A changed spec runs its table again, and what reads it only if it wrote something
+    lakehouse.add_table("silver", "stores", {"source": "stores", "description": "the stores"})
+    assert run_all("--parallel", "3") == {
+        "orders@bronze": "up_to_date", "stores@bronze": "up_to_date",
+        "orders@silver": "up_to_date", "stores@silver": "succeeded",
+        "a_sales_by_region@gold": "up_to_date"}
 
 
 def test_status_works_on_an_empty_lake_missing_tables_and_views(
