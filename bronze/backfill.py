@@ -29,23 +29,23 @@ The run history records its batches under the backfill's own query, with ``opera
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bronze.deliveries import INGESTED, glob_regex, hidden
+from bronze.filebatch import FileBatchWriter, FileSource, KnownFiles, LandingFiles
 from bronze.job import BronzeJob
 from bronze.ledger import BACKFILL_BASE, BatchCounts, Ingestion
 from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, CleanSource
 from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
 from framework.config.model import Table
-from framework.errors import JobError, StorageError, UsageError
-from framework.listener import BatchProgress
-from framework.storage import from_uri, local_path
+from framework.errors import JobError, UsageError
+from framework.storage import Storage, from_uri, local_path
 from framework.timeslice import TimeSlice
 
 __all__ = ["BACKFILL_BASE", "Backfill", "BackfillJob", "BackfillTable"]
@@ -110,69 +110,38 @@ def check_folder(table: Table, folder: str) -> None:
                              f"own, found {folder}, which overlaps its {what} {other}")
 
 
-class KnownFiles:
+def known_in_folder(job: BackfillJob) -> KnownFiles:
     """The folder's files already ingested, found at the start: by the landing feed (the same
-    path under landing and size) or by a backfill (the same path and size). Each batch leaves
-    them out (:meth:`unseen`), and the files out of the slice."""
-
-    def __init__(self, job: BackfillJob) -> None:
-        self.job = job
-        self.skipped: dict[int, list[str]] = {}
-        self.outside: dict[int, list[str]] = {}
-        self.known: dict[tuple[str, int], str] = {}  # (path, size) -> how it was ingested
-
-    @property
-    def skipped_files(self) -> int:
-        return sum(len(files) for files in self.skipped.values())
-
-    def check(self) -> None:
-        job = self.job
-        folder = job.folder
-        listed = [f for f in job.files.list_files(folder) if job.lists(f.path)] \
-            if job.files.exists(folder) else []
-        if not listed:
-            return
-        landing = local_path(job.spec.landing_folder(job.table)).rstrip("/")
-        own = {local_path(f.path): f.size for f in listed}
-        in_landing = {f"{landing}/{job.key_of(p)}": p for p in own}
-        candidates = job.spark.createDataFrame([(p,) for p in [*own, *in_landing]], "path string")
-        rows = job.spark.read.format("delta").load(job.locations[job.ledger_table]) \
-            .where(F.col("status").isin(sorted(INGESTED)) & (F.col("batch_id") >= 0)) \
-            .join(F.broadcast(candidates), "path").select("path", "size", "batch_id") \
-            .collect()
-        for row in rows:
-            path = in_landing.get(row["path"], row["path"])
-            if own.get(path) == row["size"]:
-                how = "a backfill" if row["batch_id"] >= BACKFILL_BASE else "landing"
-                self.known[(path, int(row["size"]))] = f"{how} (batch {row['batch_id']})"
-        # landing's batches planned but not committed (a run stopped): theirs to read
-        checkpoint = job.landing_checkpoint
-        committed = last_committed_batch(checkpoint, job.files)
-        for batch_id in range(committed + 1, last_planned_batch(checkpoint, job.files) + 1):
-            for uri in batch_source_files(checkpoint, batch_id, storage=job.files):
-                path = in_landing.get(from_uri(uri))
-                if path is not None:
-                    self.known[(path, own[path])] = f"landing (batch {batch_id}, pending)"
-
-    def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:
-        """The batch's files without those ingested before (each reported)."""
-        skipped = []
-        paths = {path for path, _ in self.known}
-        for path in list(files):
-            if path not in paths:
-                continue
-            try:
-                info = self.job.files.stat(path)
-            except StorageError:
-                continue  # gone: the batch finds it so, and fails it
-            how = self.known.get((path, info.size))
-            if how is not None:
-                skipped.append(path)
-                self.job.log.warning("bronze.file.skipped_known", path=path, batch_id=batch_id,
-                                     ingested_by=how)
-        if skipped:
-            self.skipped.setdefault(batch_id, []).extend(skipped)
-        return {p: uri for p, uri in files.items() if p not in skipped}
+    path under landing and size) or by a backfill (the same path and size), each with how it
+    was ingested. Each batch leaves them out (:class:`~bronze.filebatch.KnownFiles`)."""
+    folder, files = job.folder, job.files
+    listed = [f for f in files.list_files(folder) if job.lists(f.path)] \
+        if files.exists(folder) else []
+    if not listed:
+        return KnownFiles(by_time=False, said="ingested_by")
+    known: dict[tuple[Any, ...], str] = {}
+    landing = local_path(job.spec.landing_folder(job.table)).rstrip("/")
+    own = {local_path(f.path): f.size for f in listed}
+    in_landing = {f"{landing}/{job.key_of(p)}": p for p in own}
+    candidates = job.spark.createDataFrame([(p,) for p in [*own, *in_landing]], "path string")
+    rows = job.spark.read.format("delta").load(job.table.companion_location("files")) \
+        .where(F.col("status").isin(sorted(INGESTED)) & (F.col("batch_id") >= 0)) \
+        .join(F.broadcast(candidates), "path").select("path", "size", "batch_id") \
+        .collect()
+    for row in rows:
+        path = in_landing.get(row["path"], row["path"])
+        if own.get(path) == row["size"]:
+            how = "a backfill" if row["batch_id"] >= BACKFILL_BASE else "landing"
+            known[(path, int(row["size"]))] = f"{how} (batch {row['batch_id']})"
+    # landing's batches planned but not committed (a run stopped): theirs to read
+    checkpoint = job.landing_checkpoint
+    committed = last_committed_batch(checkpoint, files)
+    for batch_id in range(committed + 1, last_planned_batch(checkpoint, files) + 1):
+        for uri in batch_source_files(checkpoint, batch_id, storage=files):
+            path = in_landing.get(from_uri(uri))
+            if path is not None:
+                known[(path, own[path])] = f"landing (batch {batch_id}, pending)"
+    return KnownFiles(known, by_time=False, said="ingested_by")
 
 
 class InPlace(Reconciler):
@@ -188,6 +157,62 @@ class InPlace(Reconciler):
                   ) -> dict[str, int]:
         return {"files_archived": 0, "files_deleted": 0, "files_quarantined": 0,
                 "files_unsettled": 0}
+
+
+@dataclass(frozen=True)
+class FolderFiles(LandingFiles):
+    """A backfill's batches: the files its query planned in the folder, in the slice, less
+    those ingested before; ledger rows naming the file's path under the folder; nothing
+    moved. Its batch ``b`` is batch ``BACKFILL_BASE + b`` in the lake."""
+
+    backfill: Backfill = field(default_factory=lambda: Backfill(""))
+    folder: str = ""
+
+    def batch_of(self, query_batch: int) -> int:
+        return BACKFILL_BASE + query_batch
+
+    def planned(self, writer: FileBatchWriter, batch_id: int
+                ) -> tuple[dict[str, int], tuple[str, ...]]:
+        planned = batch_source_files(writer.table.checkpoint, batch_id - BACKFILL_BASE,
+                                     storage=writer.storage)
+        outside = tuple(p for p, modified in planned.items()
+                        if not self.backfill.takes(modified))
+        if outside:
+            writer.log.info("bronze.backfill.outside_slice", batch_id=batch_id,
+                            files=len(outside))
+        return {p: m for p, m in planned.items() if p not in outside}, outside
+
+    def settle(self, writer: FileBatchWriter, batch_id: int, rows: list[dict[str, Any]],
+               counts: BatchCounts, committed: bool) -> tuple[list[dict[str, Any]],
+                                                              dict[str, int]]:
+        if not committed:
+            rows = [r | {"ingestion": Ingestion.BACKFILL.value,
+                         "file_key": key_under(self.folder, r["path"], writer.table)}
+                    for r in rows]
+        return super().settle(writer, batch_id, rows, counts, committed)
+
+    def reconciler(self, spark: SparkSession, storage: Storage, table: Table,
+                   log: Any) -> Reconciler:
+        return in_place(spark, storage, table, log)
+
+
+def in_place(spark: SparkSession, storage: Storage, table: Table, log: Any) -> Reconciler:
+    """The reconciler of batches whose files stay where they are (a backfill's, a replay's)."""
+    spec = cast(BronzeTableSpec, table.spec)
+    return InPlace(spark, storage, checkpoint=table.checkpoint,
+                   ledger=table.companion_location("files"), mode=CleanSource.OFF,
+                   archive_dir=spec.archive_dir(table), quarantine_dir=spec.quarantine_dir(table),
+                   log=log)
+
+
+def key_under(folder: str, path: str, table: Table) -> str:
+    """A file's path under a backfill's ``folder``."""
+    path = local_path(path)
+    if not path.startswith(folder + "/"):
+        raise JobError(table.full_name, "backfill",
+                       f"expected the files of {folder}, found {path} (give --from as the "
+                       "store names it: an absolute path, or a full URI)")
+    return path[len(folder) + 1:]
 
 
 class BackfillJob(BronzeJob):
@@ -218,24 +243,11 @@ class BackfillJob(BronzeJob):
 
     def key_of(self, path: str) -> str:
         """A file's path under the backfill's folder."""
-        path = local_path(path)
-        if not path.startswith(self.folder + "/"):
-            raise JobError(self.table.full_name, "backfill",
-                           f"expected the files of {self.folder}, found {path} (give --from "
-                           "as the store names it: an absolute path, or a full URI)")
-        return path[len(self.folder) + 1:]
+        return key_under(self.folder, path, self.table)
 
     # ------------------------------------------------------------------ the query
-    def prepare(self) -> None:
-        super().prepare()
-        planned = self.commits.replayable  # (the query's batch ids: in the ledger, shifted)
-        self.commits.replayable = range(planned.start + BACKFILL_BASE,
-                                        planned.stop + BACKFILL_BASE)
-
-    def _deliveries(self) -> Any:
-        self.known_files = KnownFiles(self)
-        self.known_files.check()
-        return self.known_files
+    def file_source(self) -> FileSource:
+        return FolderFiles(known_in_folder(self), backfill=self.backfill, folder=self.folder)
 
     def read(self) -> DataFrame:
         if not self.files.exists(self.folder):
@@ -250,50 +262,7 @@ class BackfillJob(BronzeJob):
             reader = reader.option("pathGlobFilter", src.path_glob_filter)
         return reader.format("text").load(self.backfill.folder)
 
-    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        super()._process_batch(batch, BACKFILL_BASE + batch_id)
-
-    def _source_files(self, batch_id: int) -> dict[str, int]:
-        planned = super()._source_files(batch_id - BACKFILL_BASE)
-        outside = [p for p, modified in planned.items() if not self.backfill.takes(modified)]
-        if outside:
-            self.known_files.outside.setdefault(batch_id, []).extend(outside)
-            self.log.info("bronze.backfill.outside_slice", batch_id=batch_id,
-                          files=len(outside))
-        return {p: m for p, m in planned.items() if p not in outside}
-
-    def _settle(self, batch_id: int, rows: list[dict[str, Any]], counts: BatchCounts, *,
-                committed: bool = False) -> None:
-        if not committed:
-            rows = [r | {"ingestion": Ingestion.BACKFILL.value, "file_key": self.key_of(r["path"])}
-                    for r in rows]
-        super()._settle(batch_id, rows, counts, committed=committed)
-
-    def reconciler(self) -> Reconciler:
-        return InPlace(self.spark, self.files, checkpoint=self.table.checkpoint,
-                       ledger=self.locations[self.ledger_table], mode=CleanSource.OFF,
-                       archive_dir=self.spec.archive_dir(self.table),
-                       quarantine_dir=self.spec.quarantine_dir(self.table), log=self.log)
-
     def finish(self) -> dict[str, int]:
         counts = super().finish()
-        counts["files_outside_slice"] = sum(len(f) for f in self.known_files.outside.values())
+        counts["files_outside_slice"] = sum(len(f) for f in self.feed.outside.values())
         return counts
-
-    # ------------------------------------------------------------------ figures by batch
-    def _shifted(self, progress: BatchProgress) -> BatchProgress:
-        from dataclasses import replace
-
-        return replace(progress, batch_id=progress.batch_id + BACKFILL_BASE)
-
-    def batch_rows(self, progress: BatchProgress) -> int:
-        return super().batch_rows(self._shifted(progress))
-
-    def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
-        return super().batch_figures(self._shifted(progress))
-
-    def batch_schema_change(self, batch_id: int) -> str | None:
-        return super().batch_schema_change(batch_id + BACKFILL_BASE)
-
-    def batch_seconds(self, batch_id: int) -> dict[str, float]:
-        return super().batch_seconds(batch_id + BACKFILL_BASE)

@@ -37,7 +37,7 @@ At the start of a run, before the query lists landing, :meth:`Deliveries.check`:
      failed is the fix, and is ingested.
 
 3. The same-bytes files make the set of known files (path, size, modification time) that
-   :meth:`Deliveries.unseen` takes out of each micro-batch before it is read: a file the
+   :class:`bronze.filebatch.KnownFiles` takes out of each micro-batch before it is read: a file the
    ledger holds as ingested in an earlier batch (a query on a new checkpoint lists it again) is
    not read again, gets no new ledger row and is reported (``bronze.file.skipped_known``, and
    ``skipped_files`` in the run's counts). The set holds what landing held at the start, so a
@@ -236,8 +236,8 @@ class Entry:
 
 class Deliveries:
     """Files landed again under a path the ledger holds: checked at the start of a run
-    (:meth:`check`), and the files known to the ledger taken out of each micro-batch
-    (:meth:`unseen`). See the module's text."""
+    (:meth:`check`), and the files known to the ledger (:attr:`known`), which each micro-batch
+    leaves out (:class:`bronze.filebatch.KnownFiles`). See the module's text."""
 
     def __init__(self, spark: SparkSession, storage: Storage, table: Table, *, ledger: str,
                  replayable: range, log: Any) -> None:
@@ -254,8 +254,6 @@ class Deliveries:
         self.log = log
         # (path, size, modification time in ms) -> the batch that ingested those bytes
         self.known: dict[tuple[str, int, int], int] = {}
-        self.skipped: dict[int, list[str]] = {}  # files taken out of each batch
-        self._known_paths: set[str] = set()
         self._ledger_paths: set[str] = set()  # of the rows read at the start
         self._new_checkpoint: bool | None = None
 
@@ -267,15 +265,11 @@ class Deliveries:
         made.check()
         return made
 
-    @property
-    def skipped_files(self) -> int:
-        return sum(len(files) for files in self.skipped.values())
-
     # ------------------------------------------------------------------ at the start
     def check(self) -> None:
         """Compare the landing files with the ledger rows of their paths; rename or quarantine
         new deliveries under known names, warn of the same bytes landed again, and keep the
-        known files for :meth:`unseen`."""
+        known files (:attr:`known`)."""
         started = time.perf_counter()
         folder = self.pattern.folder
         listed = [f for f in self.storage.list_files(folder) if self.pattern.reads(f.path)] \
@@ -314,7 +308,6 @@ class Deliveries:
                     skips.append(skip)
         self._quarantine(skips)
         self._settle_backfilled(copies)
-        self._known_paths = {path for path, _, _ in self.known}
 
     def _one(self, info: FileInfo, rows: list[Entry]
              ) -> tuple[FileInfo, Entry | None, str] | None:
@@ -533,28 +526,3 @@ class Deliveries:
         except StorageError as exc:  # its row names the target: the next run settles it
             self._unmoved(path, location or "(deleted)", exc)
         return False
-
-    # ------------------------------------------------------------------ in each micro-batch
-    def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:
-        """The batch's files (path -> Spark's URI) without those whose bytes an earlier batch
-        ingested (a query on a new checkpoint lists them again), each one taken out reported;
-        the batch reads its files by name, so those taken out are not read. A dict lookup per
-        file, and a stat of the few whose path landing held as known files at the start."""
-        suspects = [p for p in files if p in self._known_paths]
-        if not suspects:
-            return files
-        skipped: dict[str, int] = {}
-        for path in suspects:
-            try:
-                info = self.storage.stat(path)
-            except StorageError:
-                continue  # gone: the batch finds it so, and fails it
-            earlier = self.known.get((path, info.size, info.modified_ms))
-            if earlier is not None:
-                skipped[path] = earlier
-        for path, earlier in skipped.items():
-            self.log.warning("bronze.file.skipped_known", path=path, batch_id=batch_id,
-                             ingested_in_batch=earlier)
-        if skipped:
-            self.skipped.setdefault(batch_id, []).extend(skipped)
-        return {p: uri for p, uri in files.items() if p not in skipped}

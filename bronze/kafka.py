@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import (
@@ -44,14 +45,17 @@ from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
-from framework.config.model import Layer, SqlKind
-from framework.delta import create_table
+from framework.checkpoint import query_id
+from framework.config.model import Layer, SqlKind, Table
+from framework.delta import BatchCommits, create_table
 from framework.errors import ConfigError, QueryFailedError, SchemaChangeError
 from framework.job import RunStatus, StreamingJob
 from framework.listener import BatchProgress
-from framework.logging import timed
+from framework.logging import get_logger, timed
+from framework.microbatch import Outcome
 from framework.session import detect_runtime, require_kafka
 from framework.sqlcheck import EXAMPLES, parse_schema
+from framework.storage import storage_for
 
 INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
@@ -132,12 +136,90 @@ def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec,
                          *tombstone, *[f.name for f in RECORD_FIELDS])
 
 
+@dataclass(frozen=True)
+class Ingested(Outcome):
+    """A batch of records written: its figures (records, quarantined...) and the seconds
+    of its steps."""
+
+    figures: Mapping[str, int] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordBatches:
+    """What a feed of records' batches need (the writer factory of its query): the table,
+    the batches its checkpoint may replay, and the job's log context."""
+
+    table: Table
+    replayable: range
+    log_context: Mapping[str, Any]
+
+    def __call__(self, spark: SparkSession) -> RecordWriter:
+        return RecordWriter(self, spark)
+
+
+class RecordWriter:
+    """Writes a batch of decoded records: the good ones to bronze, the malformed ones to the
+    quarantine, one commit each, tagged with the query and batch (a batch replayed after a
+    restart is counted, not written again)."""
+
+    def __init__(self, batches: RecordBatches, spark: SparkSession) -> None:
+        self.table = batches.table
+        self.spec = cast(StreamTableSpec, batches.table.spec)
+        self.log_context = batches.log_context
+        self.commits = BatchCommits(spark)
+        self.commits.replayable = batches.replayable
+        env = batches.table.env
+        self.commits.writer_id = query_id(batches.table.checkpoint,
+                                          storage_for(env.root, env, spark))
+
+    def write(self, batch: DataFrame, batch_id: int) -> Ingested:
+        log = get_logger(**self.log_context, batch_id=batch_id)
+        seconds: dict[str, float] = {}
+        bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
+        skip = (TOMBSTONES, F.col(TOMBSTONE)) if self.spec.cdc is not None else None
+        split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad,
+                            rescued=self.spec.rescued_column, skip=skip)
+        bronze, quarantine = self.table.location, self.table.companion_location("quarantine")
+        with timed(seconds, "write"):
+            if self.commits.written_before(bronze, batch_id):
+                # Appended before a restart: counted in a pass of its own, not written again.
+                metrics = split.count()
+            else:
+                try:
+                    self.commits.append(split.good, bronze, batch_id, checked=True)
+                except Exception as exc:
+                    self._refuse_schema_change(exc, batch_id, log)
+                    raise
+                metrics = split.observation.get
+        if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
+            with timed(seconds, "quarantine"):
+                self.commits.append(_quarantine_rows(split.stamped, bad), quarantine,
+                                    batch_id, checked=True)
+        skipped = {TOMBSTONES: metrics[TOMBSTONES]} if skip is not None else {}
+        log.info("bronze.batch.committed", records=metrics["records"],
+                 bronze_rows=_bronze_rows(metrics), quarantined_rows=metrics["quarantined"],
+                 seconds=seconds, **skipped)
+        return Ingested(batch_id, figures=dict(metrics), seconds=seconds)
+
+    def _refuse_schema_change(self, error: BaseException, batch_id: int, log: Any) -> None:
+        """Raise :class:`SchemaChangeError` if the batch's write refused a new key or a value
+        of another type (``schema_evolution: failOnNewColumns``)."""
+        found = schema_change_error(str(error))
+        if found is None:
+            return
+        reason = (f"expected the keys and types of the schema in the record at {found[0]}, "
+                  f"found {found[1]} (schema_evolution: failOnNewColumns): add them to "
+                  f"source.schema in {self.table.source_file}; batch {batch_id} was not "
+                  "written and is read again by the next run")
+        log.error("bronze.schema.refused", record=found[0], change=found[1])
+        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", reason)
+
+
 class StreamBronzeJob(StreamingJob):
     """Ingests one Kafka (or Event Hubs) feed into its bronze Delta table."""
 
     layer: ClassVar[Layer] = Layer.BRONZE
-
-    outcome_fields: ClassVar[tuple[str, ...]] = (*StreamingJob.outcome_fields, "batches")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -199,53 +281,13 @@ class StreamBronzeJob(StreamingJob):
         return decode(df, self.schema, self.spec, self.types)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
-        return self.foreach_batch(df, self._process_batch)
+        return self.foreach_step(df, RecordBatches(self.table, self.replayable,
+                                                   self.log_context))
 
-    # ------------------------------------------------------------------ one micro-batch
-    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        log = self.log.bind(batch_id=batch_id)
-        seconds: dict[str, float] = {}
-        bad = F.col(CORRUPT).isNotNull() | F.col(CORRUPT_REASON).isNotNull()
-        skip = (TOMBSTONES, F.col(TOMBSTONE)) if self.spec.cdc is not None else None
-        split = split_batch(batch, self.table.name, batch_id, to_quarantine=bad,
-                            rescued=self.spec.rescued_column, skip=skip)
-        bronze, quarantine = self.locations[self.table.full_name], \
-            self.locations[self.quarantine_table]
-        with timed(seconds, "write"):
-            if self.commits.written_before(bronze, batch_id):
-                # Appended before a restart: counted in a pass of its own, not written again.
-                metrics = split.count()
-            else:
-                try:
-                    self.commits.append(split.good, bronze, batch_id, checked=True)
-                except Exception as exc:
-                    self._refuse_schema_change(exc, batch_id)
-                    raise
-                metrics = split.observation.get
-        if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
-            with timed(seconds, "quarantine"):
-                self.commits.append(_quarantine_rows(split.stamped, bad), quarantine,
-                                    batch_id, checked=True)
-        self.batches[batch_id] = {"batch_id": batch_id, **metrics, "seconds": seconds}
-        skipped = {TOMBSTONES: metrics[TOMBSTONES]} if skip is not None else {}
-        log.info("bronze.batch.committed", records=metrics["records"],
-                 bronze_rows=_bronze_rows(metrics), quarantined_rows=metrics["quarantined"],
-                 seconds=seconds, **skipped)
-
-    def _refuse_schema_change(self, error: BaseException, batch_id: int) -> None:
-        """Raise :class:`SchemaChangeError` if the batch's write refused a new key or a value
-        of another type (``schema_evolution: failOnNewColumns``)."""
-        found = schema_change_error(str(error))
-        if found is None:
-            return
-        self.batch_error = (f"expected the keys and types of the schema in the record at "
-                            f"{found[0]}, found {found[1]} (schema_evolution: "
-                            f"failOnNewColumns): add them to source.schema in "
-                            f"{self.table.source_file}; batch {batch_id} was not written and is "
-                            "read again by the next run")
-        self.log.error("bronze.schema.refused", batch_id=batch_id, record=found[0],
-                       change=found[1])
-        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", self.batch_error)
+    def fold(self, outcome: Outcome) -> None:
+        assert isinstance(outcome, Ingested)
+        self.batches[outcome.batch_id] = {"batch_id": outcome.batch_id, **outcome.figures,
+                                          "seconds": dict(outcome.seconds)}
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Log the batch's offsets; note a partition whose end lies before its start: its

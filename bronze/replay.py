@@ -23,23 +23,28 @@ archive cannot be rebuilt: the refresh refuses before anything is emptied
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bronze.backfill import InPlace
+from bronze.backfill import in_place
 from bronze.batch import SOURCE_FILE, with_file_columns
-from bronze.job import BronzeJob
+from bronze.filebatch import FileBatchWriter, Landed
+from bronze.job import Feed
 from bronze.ledger import BatchCounts, ledger_frame
 from bronze.reconcile import Reconciler
-from bronze.spec import CleanSource, replayed
+from bronze.spec import replayed
+from framework.config.model import Layer, Table
 from framework.delta import replace_rows
 from framework.errors import JobError
 from framework.job import Job, RunStatus, TableRunSummary
-from framework.storage import local_path
+from framework.storage import Storage, local_path, storage_for
+from framework.timeslice import TimeSlice
 
-__all__ = ["BronzeReplayJob"]
+__all__ = ["BronzeReplayJob", "ReplayedFiles"]
 
 REFRESH = "refresh"  # the ledger's ``ingestion`` of a file read again by a refresh
 
@@ -53,107 +58,125 @@ def ledger_batches(spark: Any, ledger: str) -> dict[int, list[dict[str, Any]]]:
     return dict(sorted(batches.items()))
 
 
-class _Passthrough:
-    """A refresh reads the batches' files, none of landing's: nothing is left out."""
+@dataclass(frozen=True)
+class ReplayedFiles:
+    """A refresh's batches: each batch of the ledger read again from where its files are now
+    (those delivered in ``replay_slice``), each row named as the first ingestion named it; the
+    batch's ledger partition replaced; nothing moved."""
 
-    skipped: dict[int, list[str]] = {}
-    skipped_files = 0
+    batches: Mapping[int, list[dict[str, Any]]] = field(default_factory=dict)
+    replay_slice: TimeSlice | None = None
+    operation: str = ""
 
-    def unseen(self, files: dict[str, str], batch_id: int) -> dict[str, str]:
-        return files
+    def origin(self, batch_id: int) -> dict[str, str]:
+        """The batch's files read again: where each is now -> its path at ingestion."""
+        return {local_path(r["location"]): r["path"] for r in self.batches.get(batch_id, [])
+                if replayed(r, self.replay_slice)}
+
+    def batch_of(self, query_batch: int) -> int:
+        return query_batch
+
+    def planned(self, writer: FileBatchWriter, batch_id: int
+                ) -> tuple[dict[str, int], tuple[str, ...]]:
+        return {path: 0 for path in self.origin(batch_id)}, ()
+
+    def unseen(self, writer: FileBatchWriter, files: dict[str, str], batch_id: int
+               ) -> tuple[dict[str, str], tuple[str, ...]]:
+        return files, ()  # (it reads the batches' files, none of landing's)
+
+    def file_columns(self, frame: DataFrame, batch_id: int) -> DataFrame:
+        """The rows' ``_source_file`` as the first ingestion named it."""
+        df = with_file_columns(frame)
+        pairs = [F.lit(x) for kv in self.origin(batch_id).items() for x in kv]
+        return df.withColumn(SOURCE_FILE, F.coalesce(
+            F.create_map(*pairs)[F.col(SOURCE_FILE)], F.col(SOURCE_FILE)))
+
+    def by_location(self, rows: dict[str, int], batch_id: int) -> dict[str, int]:
+        location = {path: loc for loc, path in self.origin(batch_id).items()}
+        return {location.get(path, path): n for path, n in rows.items()}
+
+    def settle(self, writer: FileBatchWriter, batch_id: int, rows: list[dict[str, Any]],
+               counts: BatchCounts, committed: bool) -> tuple[list[dict[str, Any]],
+                                                              dict[str, int]]:
+        """Replace the batch's ledger partition: the files read again with their new
+        counts, as they stood otherwise; the others as they were."""
+        if not committed:
+            origin = self.origin(batch_id)
+            was = self.batches[batch_id]
+            before = {local_path(r["location"]): r for r in was
+                      if local_path(r["location"] or "") in origin}
+            failed = [r for r in rows if r["error"]]
+            if failed:  # its rows would be lost: the refresh stays open until it reads
+                raise JobError(writer.table.full_name, f"batch {batch_id}",
+                               f"expected the files ingested before to be read again, found "
+                               f"{failed[0]['path']} failing: {failed[0]['error']}")
+            now = [before[local_path(row["path"])]
+                   | {k: row[k] for k in ("rows", "good_rows", "quarantined_rows", "notes",
+                                          "ingested_at", "updated_at")}
+                   | {"ingestion": REFRESH} for row in rows]
+            kept = [r for r in was if local_path(r["location"] or "") not in origin]
+            writer.log.info("bronze.replay.ledger.replacing", batch_id=batch_id, files=len(now))
+            replace_rows(ledger_frame(writer.spark, [*now, *kept]),
+                         writer.locations[writer.ledger], f"batch_id = {batch_id}",
+                         tag=f"{self.operation}:{batch_id}")
+            rows = now
+        writer.log.info("bronze.replay.batch.committed", batch_id=batch_id,
+                        records=counts.records)
+        return rows, {}
+
+    def reconciler(self, spark: SparkSession, storage: Storage, table: Table,
+                   log: Any) -> Reconciler:
+        return in_place(spark, storage, table, log)
 
 
-class BronzeReplayJob(BronzeJob):
-    """The feed's batches read again from their files (see the module's text)."""
+class BronzeReplayJob(Job):
+    """The feed's batches read again from their files (see the module's text), by the feed's
+    file-batch writer."""
+
+    layer = Layer.BRONZE
+
+    def __init__(self, spark: SparkSession, table: Table, ctx: Any) -> None:
+        super().__init__(spark, table, ctx)
+        self.files = storage_for(table.env.root, table.env, spark)
+        self.feed = Feed(spark, table, self.log)
+        self.source = ReplayedFiles()
+        self.written: list[int] = []
 
     def prepare(self) -> None:
         if self.ctx.operation is None:
             raise JobError(self.table.full_name, "prepare",
                            "expected a refresh to replay bronze's batches, found none")
         super().prepare()
-        self.commits.writer_id = self.ctx.operation
-        self.batches_planned = ledger_batches(self.spark, self.locations[self.ledger_table])
-        # any batch may have been written before a kill: each looks for its tagged commits
-        self.commits.replayable = range(0, max(self.batches_planned, default=-1) + 1)
-        self._origin: dict[str, str] = {}  # a file's location -> its path at ingestion
-        self.written: list[int] = []
-
-    def _deliveries(self) -> Any:
-        return _Passthrough()
+        self.feed.prepare(0)
+        batches = ledger_batches(self.spark, self.table.companion_location("files"))
+        self.source = ReplayedFiles(batches, self.ctx.replay_slice, self.ctx.operation)
 
     def execute(self) -> RunStatus:
         self.started = True
-        for batch_id, rows in self.batches_planned.items():
+        # any batch may have been written before a kill: each looks for its tagged commits
+        writer = self.feed.batches_of(
+            self.source, replayable=range(0, max(self.source.batches, default=-1) + 1),
+            writer_id=self.ctx.operation, log_context=self.log_context, stop=self.ctx.stop,
+            storage=self.files)(self.spark)
+        for batch_id in self.source.batches:
             if self.ctx.stop.is_set():
                 self.log.warning("bronze.replay.stopped", batch_id=batch_id)
                 return RunStatus.STOPPED
-            self._rows = rows
-            self._origin = {local_path(r["location"]): r["path"] for r in rows
-                            if replayed(r, self.ctx.replay_slice)}
-            if not self._origin:
+            files = self.source.origin(batch_id)
+            if not files:
                 continue
-            self.log.info("bronze.replay.batch.started", batch_id=batch_id,
-                          files=len(self._origin))
-            self._step(f"batch {batch_id}", self._process_batch, None, batch_id)
+            self.log.info("bronze.replay.batch.started", batch_id=batch_id, files=len(files))
+            landed: Landed = self._step(f"batch {batch_id}", writer.write, None, batch_id)
+            self.feed.fold(landed)
             self.written.append(batch_id)
         return RunStatus.SUCCEEDED
-
-    def release(self) -> None:
-        pass
 
     def report(self, summary: TableRunSummary) -> None:
         if self.written:
             summary.batches = len(self.written)
             summary.first_batch, summary.last_batch = self.written[0], self.written[-1]
 
-    def history_rows(self, summary: TableRunSummary) -> list[dict[str, Any]]:
-        return Job.history_rows(self, summary)  # one row for the run: it has no query
-
-    def _source_files(self, batch_id: int) -> dict[str, int]:
-        return {path: 0 for path in self._origin}
-
-    def _file_columns(self, frame: DataFrame) -> DataFrame:
-        """The rows' ``_source_file`` as the first ingestion named it."""
-        df = with_file_columns(frame)
-        pairs = [F.lit(x) for kv in self._origin.items() for x in kv]
-        return df.withColumn(SOURCE_FILE, F.coalesce(
-            F.create_map(*pairs)[F.col(SOURCE_FILE)], F.col(SOURCE_FILE)))
-
-    def _rows_per_file(self, table: str, batch_id: int) -> dict[str, int]:
-        by_origin = super()._rows_per_file(table, batch_id)
-        location = {path: loc for loc, path in self._origin.items()}
-        return {location.get(path, path): n for path, n in by_origin.items()}
-
-    def _settle(self, batch_id: int, rows: list[dict[str, Any]], counts: BatchCounts, *,
-                committed: bool = False) -> None:
-        """Replace the batch's ledger partition: the files read again with their new
-        counts, as they stood otherwise; the others as they were."""
-        if not committed:
-            before = {local_path(r["location"]): r for r in self._rows
-                      if local_path(r["location"] or "") in self._origin}
-            failed = [r for r in rows if r["error"]]
-            if failed:  # its rows would be lost: the refresh stays open until it reads
-                raise JobError(self.table.full_name, f"batch {batch_id}",
-                               f"expected the files ingested before to be read again, found "
-                               f"{failed[0]['path']} failing: {failed[0]['error']}")
-            now = []
-            for row in rows:
-                was = before[local_path(row["path"])]
-                now.append(was | {k: row[k] for k in ("rows", "good_rows", "quarantined_rows",
-                                                       "notes", "ingested_at", "updated_at")}
-                           | {"ingestion": REFRESH})
-            kept = [r for r in self._rows if local_path(r["location"] or "") not in self._origin]
-            self.log.info("bronze.replay.ledger.replacing", batch_id=batch_id, files=len(now))
-            replace_rows(ledger_frame(self.spark, [*now, *kept]),
-                         self.locations[self.ledger_table], f"batch_id = {batch_id}",
-                         tag=f"{self.ctx.operation}:{batch_id}")
-            rows = now
-        self.log.info("bronze.replay.batch.committed", batch_id=batch_id, records=counts.records)
-        self._ledger_rows[batch_id] = rows
-        self.batches[batch_id] = counts
-
-    def reconciler(self) -> Reconciler:
-        return InPlace(self.spark, self.files, checkpoint=self.table.checkpoint,
-                       ledger=self.locations[self.ledger_table], mode=CleanSource.OFF,
-                       archive_dir=self.spec.archive_dir(self.table),
-                       quarantine_dir=self.spec.quarantine_dir(self.table), log=self.log)
+    def finish(self) -> dict[str, int]:
+        return self.feed.counts(self.source.reconciler(self.spark, self.files, self.table,
+                                                       self.log),
+                                read_ledger=False, seconds=dict(self.recorder.seconds))

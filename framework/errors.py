@@ -141,7 +141,17 @@ class QueryFailedError(JobError):
     """Raised when a streaming query terminates with an exception."""
 
 
-class SchemaChangeError(JobError):
+class BatchFailedError(JobError):
+    """Raised inside a micro-batch for a failure its writer explains (a broken expectation, a
+    refused change of schema): nothing of the batch is written, and its ``reason`` reaches the
+    run as the failed batch's outcome (:mod:`framework.microbatch`)."""
+
+    def __init__(self, table: str, step: str, reason: str) -> None:
+        super().__init__(table, step, reason)
+        self.reason = reason
+
+
+class SchemaChangeError(BatchFailedError):
     """Raised when a feed's file holds a column, or a value of a type, that its schema lacks,
     and the feed's ``schema_evolution`` is ``failOnNewColumns``: nothing of the batch is
     written, and the next run reads it again from the start."""

@@ -62,7 +62,6 @@ from framework.errors import first_line
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress
 from framework.logging import timed
-from framework.microbatch import ClientOnly
 from framework.storage import Storage
 
 # Appends while a query runs are at least this far apart: each is a Delta commit.
@@ -237,7 +236,7 @@ class RunHistory:
         return self.spark.read.format("delta").load(self.location)
 
 
-class BatchRecorder(ClientOnly):
+class BatchRecorder:
     """A streaming job's rows of the run history: made as its batches are reported (on the
     listener's thread), appended by the job's own thread (:meth:`flush`, :meth:`take`), and
     the rows a stopped driver lost written at the next start (:meth:`recover`). Nothing here

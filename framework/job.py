@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
+import structlog
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -43,7 +44,7 @@ from framework.checkpoint import (
     query_id,
 )
 from framework.config.model import Layer, Table
-from framework.delta import BatchCommits, is_delta_table
+from framework.delta import is_delta_table
 from framework.errors import JobError, MedallionError, QueryFailedError, first_line
 from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.history import BatchRecorder, BatchStatus, RunHistory, run_row
@@ -52,12 +53,13 @@ from framework.jvm import is_connect
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
 from framework.microbatch import (
-    BatchFunction,
+    Outcome,
+    Outcomes,
+    StepFunction,
+    WriterFactory,
     forget_session,
-    read_outcome,
     record_session,
     stop_orphaned_query,
-    write_outcome,
 )
 from framework.storage import storage_for
 from framework.text import render_table
@@ -327,6 +329,11 @@ class Job(ABC):
                                          if k not in ("table", "layer")})
         return summary
 
+    @property
+    def log_context(self) -> dict[str, Any]:
+        """The context bound to the job's logger, for a batch writer's own."""
+        return dict(structlog.get_context(self.log))
+
     # ------------------------------------------------------------------ steps
     def describe(self) -> dict[str, Any]:
         """Fields of the ``job.started`` event; none by default."""
@@ -386,11 +393,6 @@ class Job(ABC):
 class StreamingJob(Job):
     """Base of the layers' streaming jobs; subclasses implement ``read`` and ``write``."""
 
-    # What a micro-batch changes on the job that the client needs (dotted attribute names):
-    # over Spark Connect the batches run on a copy of the job on the server, and these come
-    # back through the checkpoint (framework.microbatch). A layer adds its batch figures.
-    outcome_fields: ClassVar[tuple[str, ...]] = ("batch_error",)
-
     def __init__(self, spark: SparkSession, table: Table, ctx: RunContext) -> None:
         super().__init__(spark, table, ctx)
         self.query_name = f"{self.layer.value}.{table.name}"
@@ -402,13 +404,16 @@ class StreamingJob(Job):
         # Why a micro-batch failed, in words, when the job knows better than the stack trace
         # Spark wraps around it (a broken expectation, say).
         self.batch_error: str | None = None
-        # The tagged appends of a foreachBatch writer, found again after a restart.
-        self.commits = BatchCommits(spark)
+        # The batches the checkpoint had planned but not committed when the run started:
+        # only these can have been written, wholly or in part, before (framework.delta's
+        # BatchCommits).
+        self.replayable = range(0)
         self.query: StreamingQuery | None = None
         # The executed micro-batches' progress, once the query has ended (see ``report``).
         self.progress: list[BatchProgress] = []
-        # Over Spark Connect: the token of this run's batch outcomes (framework.microbatch).
-        self._outcome_token: str | None = None
+        # Where the outcomes of the query's batches wait (foreach_step)
+        self.outcomes: Outcomes | None = None
+        self._folding = threading.Lock()  # (the listener's thread and the job's both fold)
 
     def describe(self) -> dict[str, Any]:
         return {"trigger": self.recorder.trigger}
@@ -422,7 +427,7 @@ class StreamingJob(Job):
         checkpoint = self.table.checkpoint
         committed = committed_batches(checkpoint, self.files)  # one listing for both uses
         planned = last_planned_batch(checkpoint, self.files)
-        self.commits.replayable = range(max(committed, default=-1) + 1, planned + 1)
+        self.replayable = range(max(committed, default=-1) + 1, planned + 1)
         if planned < 0 and not committed:
             removed = clear_unplanned_debris(checkpoint, self.files)
             if removed:
@@ -551,53 +556,34 @@ class StreamingJob(Job):
     def write(self, df: DataFrame) -> DataStreamWriter:
         """A writer for ``df`` (sink or foreachBatch); the base adds trigger and checkpoint."""
 
-    def foreach_batch(self, df: DataFrame, process: Callable[[DataFrame, int], None],
-                      output_mode: str = "append") -> DataStreamWriter:
-        """A ``foreachBatch`` writer of ``process``, a method of this job, run by
-        :meth:`run_batch`: in this process on a classic session, on the server over Spark
-        Connect (:class:`~framework.microbatch.BatchFunction`)."""
-        if getattr(process, "__self__", None) is not self:
-            raise TypeError(f"expected a method of the job, found {process!r}")
-        function = BatchFunction(self, process.__name__, remote=is_connect(self.spark))
-        self._outcome_token = function.token
-        return df.writeStream.outputMode(output_mode).foreachBatch(function)
+    def foreach_step(self, df: DataFrame, make: WriterFactory,
+                     output_mode: str = "append") -> DataStreamWriter:
+        """A ``foreachBatch`` writer whose batches the writer ``make`` makes writes, where
+        they run (in this process, or on a Spark Connect server); each batch's outcome comes
+        back to :meth:`fold` (:mod:`framework.microbatch`)."""
+        self.outcomes = Outcomes(self.table.checkpoint, self.table.env,
+                                 remote=is_connect(self.spark))
+        return df.writeStream.outputMode(output_mode).foreachBatch(
+            StepFunction(make, self.outcomes))
 
-    def run_batch(self, method: str, batch: DataFrame, batch_id: int,
-                  token: str | None = None) -> None:
-        """Write one micro-batch with the job's ``method``; with a ``token`` (the job runs on a
-        Spark Connect server), then write what the batch did for the client, whatever
-        happened (:attr:`outcome_fields`)."""
-        if self.commits.writer_id is None:  # written by Spark before the first batch
-            self.commits.writer_id = query_id(self.table.checkpoint, self.files)
-        try:
-            getattr(self, method)(batch, batch_id)
-        except BaseException:
-            if token is not None:
-                try:  # the batch's own error is the one raised, whatever happens here
-                    self._write_outcome(batch_id, token)
-                except Exception as exc:
-                    self.log.warning("job.outcome.unwritten", batch_id=batch_id,
-                                     error=first_line(exc))
-            raise
-        if token is not None:
-            self._write_outcome(batch_id, token)
-
-    def _write_outcome(self, batch_id: int, token: str) -> None:
-        write_outcome(self.files, self.table.checkpoint, batch_id, token,
-                      {name: _attribute(self, name) for name in self.outcome_fields})
+    def fold(self, outcome: Outcome) -> None:
+        """Fold a batch's outcome into the run (in batch order, once each); nothing by
+        default."""
 
     def _absorb_outcome(self) -> None:
-        """Over Spark Connect: take what the run's batches did on the server (the newest
-        outcome they wrote); nothing on a classic session, where they ran on this job."""
-        if self._outcome_token is None:
+        """Take what the run's batches did: their outcomes, folded in batch order, once each
+        (over Spark Connect, read from the checkpoint); the error a failed one explains."""
+        if self.outcomes is None:
             return
         try:
-            fields = read_outcome(self.files, self.table.checkpoint, self._outcome_token)
-        except Exception as exc:
+            with self._folding:
+                for outcome in self.outcomes.take():
+                    if outcome.error is not None:
+                        self.batch_error = outcome.error
+                    else:
+                        self.fold(outcome)
+        except MedallionError as exc:
             self.log.warning("job.outcome.unread", error=first_line(exc))
-            return
-        for name, value in (fields or {}).items():
-            _set_attribute(self, name, value)
 
     # ------------------------------------------------------------------ machinery
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
@@ -660,8 +646,7 @@ class StreamingJob(Job):
         """A batch's progress: its run history row, then :meth:`on_batch`."""
         self._absorb_outcome()
         if self.recorder.query_id is None:  # reported before start() returned
-            self.recorder.query_id = self.commits.writer_id or \
-                query_id(self.table.checkpoint, self.files)
+            self.recorder.query_id = query_id(self.table.checkpoint, self.files)
         try:
             self.recorder.add(progress, self.batch_figures, self.batch_seconds,
                               self.batch_schema_change)
@@ -757,17 +742,6 @@ def _session_lost(error: BaseException) -> str | None:
     return (f"expected the Spark Connect session to last the run, found it gone ({found}: the "
             "server restarted or ended it); what the batch in flight wrote is kept or undone "
             "by the checkpoint: run again to go on from there")
-
-
-def _attribute(obj: Any, dotted: str) -> Any:
-    for name in dotted.split("."):
-        obj = getattr(obj, name)
-    return obj
-
-
-def _set_attribute(obj: Any, dotted: str, value: Any) -> None:
-    *path, name = dotted.split(".")
-    setattr(_attribute(obj, ".".join(path)) if path else obj, name, value)
 
 
 def _last_batch(query: StreamingQuery) -> int:

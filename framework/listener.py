@@ -26,7 +26,6 @@ from pyspark.sql.streaming.listener import (
 
 from framework.jvm import listener_bridge, session_key
 from framework.logging import get_logger
-from framework.microbatch import ClientOnly
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ def _finite(value: Any) -> float:
     return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
 
 
-class ProgressListener(StreamingQueryListener, ClientOnly):
+class ProgressListener(StreamingQueryListener):
     """Turns each query progress into one event and keeps it for the job's summary."""
 
     _installed: dict[str, ProgressListener] = {}

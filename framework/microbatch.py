@@ -1,25 +1,20 @@
-"""A job's micro-batch function, one code path on a classic session and over Spark Connect.
+"""A streaming job's micro-batches, one code path on a classic session and over Spark Connect.
 
-A ``foreachBatch`` function of a classic session runs in this process, on the live job. Over
-Spark Connect the client pickles the function at ``start()`` and the server runs it in a Python
-process of its own (``foreach_batch_worker``): whatever it captures travels by value, and what
-it changes never comes back. So the function is a :class:`BatchFunction`:
+A job does not write its micro-batches itself: it hands ``foreachBatch`` a
+:class:`StepFunction` made of a *writer factory* (:data:`WriterFactory`): a small frozen,
+picklable object holding what the batches need, decided before the query starts (the table, the
+batches a restart may replay, the log's context). Where the batches run, the factory makes the
+layer's :class:`BatchWriter` with the batch's session, once per query start, and the writer
+turns each batch into a frozen :class:`Outcome` (counts, ledger rows, the error it explains):
+a pure step from the batch to what it did.
 
-- on a classic session it calls the job's batch method in place;
-- over Connect it carries the job pickled *without its session*: the pickler
-  (:class:`_JobPickler`) stands a token in for every object only the client can hold (the Spark
-  session, loggers, locks, the streaming query, the progress listener, the run history's
-  recorder), and the server's worker puts the batch's own session, a logger with the same
-  context, fresh locks, or nothing in their place (:class:`_JobUnpickler`). The job is
-  unpickled once per query start and kept for its batches.
-
-What a batch did reaches the client through the checkpoint: after each batch (and after a
-batch that failed) the worker writes the job's *outcome* (the attributes its layer names in
-``StreamingJob.outcome_fields``: batch figures, ledger rows, the error it explains) to
-``<checkpoint>/outcomes/<batch id>``, tagged with the run's token; the client reads the newest
-one when Spark reports a batch, when the query fails, and when it ends
-(:func:`read_outcome`). The figures are cumulative over the query's run, so the newest outcome
-stands for all the run's batches before it.
+On a classic session the function runs in this process, and each outcome is handed over in
+memory. Over Spark Connect the client pickles the function (the factory only: no job, session,
+lock or logger crosses the wire) and the server's Python worker (``foreach_batch_worker``) runs
+it; each outcome is written to ``<checkpoint>/outcomes/<batch id>``, tagged with the run's token.
+Either way the job takes the outcomes from one place (:meth:`Outcomes.take`) and folds them into
+its run in batch order (``StreamingJob.fold``): what comes back is a type, never a list of
+attribute names.
 
 The writer id a batch tags its commits with is read from the checkpoint's ``metadata`` (written
 by Spark before the first batch), in both modes: nothing is handed over after ``start()``.
@@ -27,150 +22,127 @@ by Spark before the first batch), in both modes: nothing is handed over after ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import io
 import json
 import pickle
+import queue
 import sys
-import threading
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
-from pyspark import cloudpickle
 
-from framework.errors import StorageError
-from framework.logging import LogFormat, configure_logging, get_logger
-from framework.storage import Storage
+from framework.config.model import Environment
+from framework.errors import BatchFailedError, StorageError
+from framework.logging import LogFormat, configure_logging
+from framework.storage import Storage, storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["OUTCOMES", "SESSION_RECORD", "BatchFunction", "ClientOnly", "forget_session",
-           "read_outcome", "record_session", "stop_orphaned_query", "write_outcome"]
+__all__ = ["OUTCOMES", "SESSION_RECORD", "BatchWriter", "Outcome", "Outcomes", "StepFunction",
+           "WriterFactory", "forget_session", "record_session", "stop_orphaned_query"]
 
 OUTCOMES = "outcomes"  # the checkpoint's folder of batch outcomes
-_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 
-class ClientOnly:
-    """A mixin for objects that only mean something in the client's process (a listener, the
-    run history's recorder): a job pickled for the server carries None in their place."""
+# ------------------------------------------------------------------ a batch's step
+@dataclass(frozen=True)
+class Outcome:
+    """What one micro-batch did, for its job to fold into the run (a layer's outcome adds its
+    figures). ``error``: why the batch failed, in words, when its writer knows better than the
+    stack trace Spark wraps around the failure."""
+
+    batch_id: int
+    error: str | None = None
 
 
-def _is_session(obj: Any) -> bool:
-    kind = type(obj)
-    return kind.__name__ == "SparkSession" and kind.__module__.startswith("pyspark.sql")
+class BatchWriter(Protocol):
+    """A layer's writer of one micro-batch: a pure step from the batch to its outcome."""
+
+    def write(self, batch: DataFrame, batch_id: int) -> Outcome: ...
 
 
-def _is_query(obj: Any) -> bool:
-    kind = type(obj)
-    return kind.__name__ == "StreamingQuery" and kind.__module__.startswith("pyspark.sql")
+# Makes a query's batch writer from a session, where the batches run: a small frozen,
+# picklable object (what the batches need, decided before the query starts).
+WriterFactory = Callable[["SparkSession"], BatchWriter]
 
 
-class _JobPickler(cloudpickle.Pickler):
-    """Pickles a job, with a token for each object only the client can hold."""
+class Outcomes:
+    """Where a query's batch outcomes wait for its job: in this process on a classic session;
+    over Spark Connect in ``<checkpoint>/outcomes/<batch id>``, each tagged with the run's
+    token, read and removed by the job (:meth:`take`; those of an earlier run are removed
+    unread)."""
 
-    def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
-        if _is_session(obj):
-            return ("spark",)
-        if isinstance(obj, _LOCK_TYPES):
-            return ("lock", isinstance(obj, _LOCK_TYPES[1]))
-        if isinstance(obj, ClientOnly | threading.Thread | io.IOBase) or _is_query(obj):
-            return ("none",)
-        if type(obj).__module__.startswith("structlog") and hasattr(obj, "_context"):
-            return ("log", dict(structlog.get_context(obj)))
-        return None
-
-
-class _JobUnpickler(pickle.Unpickler):
-    """Unpickles a job on the server, with the batch's session in place of the client's."""
-
-    def __init__(self, data: bytes, spark: SparkSession) -> None:
-        super().__init__(io.BytesIO(data))
-        self.spark = spark
-
-    def persistent_load(self, pid: Any) -> Any:
-        kind = pid[0]
-        if kind == "spark":
-            return self.spark
-        if kind == "lock":
-            return threading.RLock() if pid[1] else threading.Lock()
-        if kind == "log":
-            return get_logger(**pid[1])
-        if kind == "none":
-            return None
-        raise pickle.UnpicklingError(f"expected a token of the job's pickler, found {pid!r}")
-
-
-def dumps_job(job: Any) -> bytes:
-    buffer = io.BytesIO()
-    _JobPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(job)
-    return buffer.getvalue()
-
-
-def loads_job(data: bytes, spark: SparkSession) -> Any:
-    return _JobUnpickler(data, spark).load()
-
-
-class BatchFunction:
-    """The ``foreachBatch`` function of a job: ``job.run_batch(method, batch, batch_id)``.
-
-    ``remote``: the function runs on a Spark Connect server; the job is pickled now (at the
-    writer's making, as the job stands after its tables are prepared), and each batch writes
-    its outcome for the client, tagged with :attr:`token`."""
-
-    def __init__(self, job: Any, method: str, *, remote: bool) -> None:
-        self.method = method
+    def __init__(self, checkpoint: str, env: Environment, *, remote: bool) -> None:
+        self.folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
+        self.env = env
         self.token = uuid.uuid4().hex if remote else None
-        self.payload = dumps_job(job) if remote else None
-        self._job = None if remote else job
+        self._here: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_job": None}
+        return {k: v for k, v in self.__dict__.items() if k != "_here"}
+
+    def put(self, outcome: Outcome) -> None:
+        """Hand a batch's outcome to the job (where the batch runs)."""
+        if self.token is None:
+            self._here.put(outcome)
+            return
+        data = pickle.dumps({"token": self.token, "outcome": outcome})
+        storage_for(self.folder, self.env).write_bytes(f"{self.folder}/{outcome.batch_id}", data)
+
+    def take(self) -> list[Outcome]:
+        """The outcomes put since the last call, in batch order (in the job's process)."""
+        taken: list[Outcome] = []
+        if self.token is None:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    taken.append(self._here.get_nowait())
+            return sorted(taken, key=lambda o: o.batch_id)
+        store = storage_for(self.folder, self.env)
+        if not store.exists(self.folder):
+            return []
+        for f in sorted(store.list_files(self.folder), key=lambda f: f.path):
+            try:
+                with store.open(f.path) as fh:
+                    record = _OutcomeUnpickler(io.BytesIO(fh.read())).load()
+            except StorageError:  # (removed since it was listed)
+                continue
+            if isinstance(record, dict) and record.get("token") == self.token:
+                taken.append(record["outcome"])
+            store.delete(f.path)  # (another token's: a run before this one, gone)
+        return sorted(taken, key=lambda o: o.batch_id)
+
+
+class StepFunction:
+    """The ``foreachBatch`` function of a query: the batch writer ``make`` makes (once per
+    query start, where the batches run, with the batch's session) writes each batch, and its
+    outcome goes to ``outcomes``, a failure it explains too."""
+
+    def __init__(self, make: WriterFactory, outcomes: Outcomes) -> None:
+        self.make = make
+        self.outcomes = outcomes
+        self._writer: BatchWriter | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_writer": None}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        job = self._job
-        if job is None:  # the first batch of a query run, on the server
-            assert self.payload is not None
-            if not structlog.is_configured():
-                configure_logging(LogFormat.JSON, stream=sys.stderr)
-            job = self._job = loads_job(self.payload, batch.sparkSession)
-        job.run_batch(self.method, batch, batch_id, self.token)
-
-
-def write_outcome(storage: Storage, checkpoint: str, batch_id: int, token: str,
-                  fields: Mapping[str, Any]) -> None:
-    """Write a batch's outcome (whole, replacing the earlier ones of the run)."""
-    folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
-    data = pickle.dumps({"token": token, "batch_id": batch_id, "fields": dict(fields)})
-    storage.write_bytes(f"{folder}/{batch_id}", data)
-    for f in list(storage.list_files(folder)):  # the one before is kept for a slow reader
-        name = f.path.rsplit("/", 1)[-1]
-        if name.isdigit() and int(name) < batch_id - 1:
-            storage.delete(f.path)
-
-
-def read_outcome(storage: Storage, checkpoint: str, token: str) -> dict[str, Any] | None:
-    """The newest outcome this run's batches wrote (its fields), None before any."""
-    folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
-    for _ in range(3):  # listed, then removed by a newer one before it was read: list again
-        if not storage.exists(folder):
-            return None
-        ids = sorted((int(n) for f in storage.list_files(folder)
-                      if (n := f.path.rsplit("/", 1)[-1]).isdigit()), reverse=True)
-        for batch_id in ids:
-            try:
-                with storage.open(f"{folder}/{batch_id}") as fh:
-                    outcome = _OutcomeUnpickler(io.BytesIO(fh.read())).load()
-            except StorageError:
-                continue
-            if isinstance(outcome, dict) and outcome.get("token") == token:
-                return dict(outcome["fields"])
-            return None  # the newest is another run's: this run's batches wrote none yet
-    return None
+        if self._writer is None:  # the first batch of a query run
+            if self.outcomes.token is not None and not structlog.is_configured():
+                configure_logging(LogFormat.JSON, stream=sys.stderr)  # (on the server)
+            self._writer = self.make(batch.sparkSession)
+        try:
+            outcome = self._writer.write(batch, batch_id)
+        except BatchFailedError as exc:
+            self.outcomes.put(Outcome(batch_id, error=exc.reason))
+            raise
+        self.outcomes.put(outcome)
 
 
 class _OutcomeUnpickler(pickle.Unpickler):

@@ -22,6 +22,7 @@ Marts, the fact joined to its dimensions, are :mod:`gold.mart`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
@@ -38,6 +39,8 @@ from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
+from framework.logging import get_logger
+from framework.microbatch import Outcome
 from framework.sqlcheck import grouping_problems
 from framework.staleness import record as record_spec
 from gold.spec import AggregateSpec, OutputMode, WindowType
@@ -112,12 +115,47 @@ def aggregate_windows(df: DataFrame, spec: AggregateSpec) -> DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class Merged(Outcome):
+    """A batch's windows merged into the table."""
+
+    inserted: int = 0
+    updated: int = 0
+
+
+@dataclass(frozen=True)
+class WindowMerge:
+    """Writes a batch of an aggregate in update mode: MERGE its windows (one row per window
+    and keys: the aggregate's current values) into the table at ``location``; a replayed
+    batch sets the same values again. Its own writer factory (it needs no session)."""
+
+    location: str
+    merge_keys: tuple[str, ...]
+    log_context: Mapping[str, Any]
+
+    def __call__(self, spark: SparkSession) -> WindowMerge:
+        return self
+
+    def write(self, batch: DataFrame, batch_id: int) -> Merged:
+        log = get_logger(**self.log_context, batch_id=batch_id)
+        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.merge_keys)
+        source = batch.persist()  # MERGE may read its source twice: run the state once
+        log.debug("gold.batch.merging")
+        try:
+            metrics = merge(source, self.location, on)
+        finally:
+            source.unpersist()
+        merged = Merged(batch_id, inserted=int(metrics.get("num_inserted_rows", 0)),
+                        updated=int(metrics.get("num_updated_rows", 0)))
+        log.info("gold.batch.merged", windows_inserted=merged.inserted,
+                 windows_updated=merged.updated)
+        return merged
+
+
 class AggregateJob(StreamingJob):
     """A windowed aggregate of a silver table, written to a gold Delta table."""
 
     layer: ClassVar[Layer] = Layer.GOLD
-    outcome_fields: ClassVar[tuple[str, ...]] = (
-        *StreamingJob.outcome_fields, "merged", "merged_by_batch")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -139,7 +177,15 @@ class AggregateJob(StreamingJob):
         if self.spec.output_mode is OutputMode.APPEND:
             return self.delta_sink(df, self.spec.partition_by)
         # the value: pyspark 4.0's outputMode refuses a str subclass (an enum member)
-        return self.foreach_batch(df, self._merge_batch, output_mode=OutputMode.UPDATE.value)
+        return self.foreach_step(df, WindowMerge(self.table.location, tuple(self.spec.merge_keys),
+                                                 self.log_context),
+                                 output_mode=OutputMode.UPDATE.value)
+
+    def fold(self, outcome: Outcome) -> None:
+        assert isinstance(outcome, Merged)
+        self.merged["inserted"] += outcome.inserted
+        self.merged["updated"] += outcome.updated
+        self.merged_by_batch[outcome.batch_id] = outcome.inserted + outcome.updated
 
     def on_batch(self, progress: BatchProgress) -> None:
         """Warn about a batch whose event time spans more than the watermark's delay (from
@@ -197,21 +243,3 @@ class AggregateJob(StreamingJob):
                      comment=self.spec.description or f"Windowed aggregate of "
                      f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")
         record_spec(self.spark, self.table.location, self.spec.stale_parts())
-
-    def _merge_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """MERGE the batch's windows (one row per window and keys: the aggregate's current
-        values) into the table."""
-        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.spec.merge_keys)
-        source = batch.persist()  # MERGE may read its source twice: run the state once
-        self.log.debug("gold.batch.merging", batch_id=batch_id)
-        try:
-            metrics = merge(source, self.table.location, on)
-        finally:
-            source.unpersist()
-        inserted = int(metrics.get("num_inserted_rows", 0))
-        updated = int(metrics.get("num_updated_rows", 0))
-        self.merged["inserted"] += inserted
-        self.merged["updated"] += updated
-        self.merged_by_batch[batch_id] = inserted + updated
-        self.log.info("gold.batch.merged", batch_id=batch_id, windows_inserted=inserted,
-                      windows_updated=updated)

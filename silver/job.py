@@ -15,35 +15,26 @@ from the state operator's metrics).
 
 A table with no expectation, no cast and plain appends is written by Delta's streaming sink
 (exactly once by itself: it records the query id and batch id in the commit), its rows counted
-by an observed metric. Otherwise each micro-batch is written in ``foreachBatch``: expectations
-are evaluated (``fail`` raises inside the batch's own computation, so no table of the batch
-commits), broken rows are counted per rule, dropped or quarantined, and the good rows are
-appended (one commit per table, tagged with the query and batch: a batch replayed after a crash
-appends only where its commit is missing), merged by key (upsert), or written into the batch's
-partition of a Hive-bucketed parquet table.
+by an observed metric. Otherwise each micro-batch is written in ``foreachBatch`` by silver's
+batch writer (:mod:`silver.batch`), and its outcome folded into the run here.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
     DataType,
-    LongType,
     NullType,
-    StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from framework.config.model import Layer, Table
@@ -51,39 +42,36 @@ from framework.delta import (
     add_missing_columns,
     create_table,
     is_delta_table,
-    merge,
     schema_ddl,
     sql_string,
 )
 from framework.errors import ConfigError, JobError, TableModeError
-from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
+from framework.microbatch import Outcome
 from framework.sqlcheck import analysis_problem
 from framework.staleness import record as record_spec
-from silver.changes import SCD2_COLUMNS, ChangeApplier, log_schema, table_schema
-from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
+from silver.batch import (
+    BATCH_ID,
+    CAST_ERRORS,
+    QUARANTINE_SCHEMA,
+    Refined,
+    SilverBatches,
+    batch_rules,
+    change_applier,
+    quarantines,
+)
+from silver.changes import SCD2_COLUMNS, log_schema, table_schema
+from silver.snapshots import SnapshotApplier
 from silver.spec import (
     SPLIT_SNAPSHOTS,
-    Action,
     ColumnSpec,
-    Expectation,
     SilverTableSpec,
     TableFormat,
     WriteMode,
     load_transform,
 )
-
-CAST_ERRORS = "_cast_errors"
-USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
-BATCH_ID = "_batch_id"
-QUARANTINE_SCHEMA = StructType([
-    StructField("_row", StringType()),
-    StructField("_failed_rules", ArrayType(StringType())),
-    StructField(BATCH_ID, LongType()),
-    StructField("_quarantined_at", TimestampType()),
-])
 
 
 def _source(column: ColumnSpec) -> Column:
@@ -186,8 +174,6 @@ class SilverJob(StreamingJob):
     """Refines one upstream table into a silver table."""
 
     layer: ClassVar[Layer] = Layer.SILVER
-    outcome_fields: ClassVar[tuple[str, ...]] = (
-        *StreamingJob.outcome_fields, "batch_counts", "totals", "rule_totals")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -199,42 +185,23 @@ class SilverJob(StreamingJob):
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
         self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
-        # A change without a sequence has no place in its key's history: it is quarantined;
-        # so is a snapshot without an id, or older than the newest applied (silver.snapshots).
-        changes = self.spec.changes
-        snapshots = changes is not None and changes.snapshot_by is not None
-        logged = changes is not None and (changes.removals or snapshots
-                                          or self.spec.mode is WriteMode.SCD2)
-        implicit = []
-        if changes and logged:
-            implicit.append(Expectation(name=f"has_{changes.sequence}", action=Action.QUARANTINE,
-                                        rule=f"{quote(changes.sequence)} IS NOT NULL"))
-        if snapshots:  # the column is added to each batch (_mark_snapshot_order)
-            implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
-                                        action=Action.QUARANTINE))
-        self.rules = [*self.spec.expectations, *implicit]
         # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
         # the query writes through Delta's streaming sink, which is exactly-once by itself, and
         # counts its rows with an observed metric instead of a Python call per batch. A table
-        # with a watermark checks each batch's span of event time (see _check_span).
-        self.direct = (not self.rules and not self._typed and not self.spec.dedup
+        # with a watermark checks each batch's span of event time (silver.batch).
+        self.direct = (not batch_rules(self.spec) and not self._typed and not self.spec.dedup
                        and self.spec.mode is WriteMode.APPEND
                        and self.spec.format is TableFormat.DELTA)
-        self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
         # Changes with removals or versions go through a change log beside the table (see
         # silver.changes); a plain upsert is one MERGE.
         self.changes_table = self.table.qualified("changes")
-        log_location = self.table.companion_location("changes")
-        self.snapshots = SnapshotApplier(changes, self.table.location, log_location) \
-            if changes and snapshots else None
-        self.applier = self.snapshots or (
-            ChangeApplier(changes, self.table.location, log_location)
-            if changes and logged else None)
+        self.applier = change_applier(self.table)
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
         src = self.spec.source
-        if self.snapshots:  # a snapshot is taken whole from the micro-batch that holds it
+        if isinstance(self.applier, SnapshotApplier):  # a snapshot is taken whole, from the
+            # micro-batch that holds it
             return self.read_table_stream(
                 src.layer, src.table, max_files=src.max_files_per_trigger,
                 max_bytes=src.max_bytes_per_trigger, whole_commits=True,
@@ -268,7 +235,16 @@ class SilverJob(StreamingJob):
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)
-        return self.foreach_batch(df, self._process_batch)
+        return self.foreach_step(df, SilverBatches(self.table, self.replayable,
+                                                   self.log_context))
+
+    def fold(self, outcome: Outcome) -> None:
+        assert isinstance(outcome, Refined)
+        counted = {"records": outcome.records, "written": outcome.written,
+                   "quarantined": outcome.quarantined, "dropped": outcome.dropped}
+        self.batch_counts[outcome.batch_id] = counted
+        self.totals.update(counted, rows_at_risk=outcome.rows_at_risk)
+        self.rule_totals.update(outcome.rule_counts)
 
     # ------------------------------------------------------------------ columns and tables
     def _columns(self, df: DataFrame) -> DataFrame:
@@ -358,181 +334,7 @@ class SilverJob(StreamingJob):
 
     @property
     def _quarantines(self) -> bool:
-        return self._typed or any(e.action is Action.QUARANTINE for e in self.rules)
-
-    # ------------------------------------------------------------------ one micro-batch
-    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        try:
-            self._write_batch(batch, batch_id)
-        except Exception as exc:
-            raised = USER_RAISED.search(str(exc))
-            if raised:
-                self.batch_error = f"{raised.group(1)} (nothing of batch {batch_id} was written)"
-                self.log.error("silver.expectation.failed", batch_id=batch_id,
-                               error=self.batch_error)
-            raise
-
-    def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        log = self.log.bind(batch_id=batch_id)
-        if self.snapshots:
-            batch = self._mark_snapshot_order(batch, batch_id, log)
-        rules = self.rules
-        broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in rules}
-        df = batch
-        for e in rules:
-            if e.action is Action.FAIL:
-                message = F.lit(f"expectation {e.name!r} failed in batch {batch_id}: {e.rule}")
-                df = df.where(F.when(broken[e.name], F.raise_error(message)).otherwise(True))
-        names: list[Column] = [F.when(broken[e.name], F.lit(e.name)) for e in rules
-                               if e.action is not Action.FAIL]
-        failed = F.filter(F.array(*names), lambda x: x.isNotNull()) if names else \
-            F.array().cast("array<string>")
-        if self._typed:
-            failed = F.concat(F.col(CAST_ERRORS), failed)
-        quarantine: Column = F.lit(False)
-        for e in rules:
-            if e.action is Action.QUARANTINE:
-                quarantine = quarantine | broken[e.name]
-        if self._typed:
-            quarantine = quarantine | (F.size(CAST_ERRORS) > 0)
-        drop: Column = F.lit(False)
-        for e in rules:
-            if e.action is Action.DROP:
-                drop = drop | broken[e.name]
-        drop = ~quarantine & drop  # a row to quarantine is kept there, never only dropped
-        aggs = [
-            F.count(F.lit(1)).alias("records"),
-            F.count_if(quarantine).alias("quarantined"),
-            F.count_if(drop).alias("dropped"),
-            *[F.count_if(broken[e.name]).alias(f"rule:{e.name}") for e in rules
-              if e.action is not Action.FAIL],
-        ]
-        if self._typed:
-            for c in self.spec.columns:
-                if c.type:
-                    aggs.append(F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
-                                .alias(f"rule:cast:{c.name}"))
-        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
-        truncate = self.applier.truncate_condition() if self.applier else None
-        if truncate is not None:  # a batch with a truncate recomputes every key
-            aggs.append(F.count_if(truncate & ~quarantine & ~drop).alias("_truncates"))
-
-        if self.spec.dedup:
-            assert self.spec.event_time is not None  # checked with the config
-            aggs += [F.min(self.spec.event_time).alias("_min_event_time"),
-                     F.max(self.spec.event_time).alias("_max_event_time")]
-
-        # One pass when nothing else is written and the batch cannot be a replay; otherwise
-        # the batch is cached so its (stateful) computation runs once for all writes (and for
-        # the span check of a table with a watermark).
-        cached = self._quarantines or batch_id in self.commits.replayable or \
-            self.spec.mode is not WriteMode.APPEND or self.spec.dedup is not None
-        if cached:
-            df = df.persist()
-        try:
-            if cached:
-                row = df.agg(*aggs).first()  # a 'fail' rule raises here, before any write
-                assert row is not None
-                metrics = row.asDict()
-                self._check_span(df, metrics, log)
-                self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id,
-                                 truncated=metrics.pop("_truncates", 0) > 0)
-                if metrics["quarantined"]:
-                    data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
-                    rows = df.where(quarantine).select(
-                        data.alias("_row"), failed.alias("_failed_rules"),
-                        F.lit(batch_id).cast("long").alias(BATCH_ID),
-                        F.current_timestamp().alias("_quarantined_at"),
-                    )
-                    self.commits.append(rows, self.quarantine_location, batch_id)
-            else:
-                observation = Observation(f"silver_{self.table.name}_{batch_id}")
-                observed = df.observe(observation, *aggs)
-                self._write_good(observed.where(~drop).select(*good_cols), batch_id)
-                metrics = observation.get
-        finally:
-            if cached:
-                df.unpersist()
-
-        written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
-        rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
-                       if k.startswith("rule:")}
-        counted = {"records": metrics["records"], "written": written,
-                   "quarantined": metrics["quarantined"], "dropped": metrics["dropped"]}
-        self.batch_counts[batch_id] = counted
-        self.totals.update(counted)
-        self.rule_totals.update(rule_counts)
-        event = log.warning if any(rule_counts.values()) else log.info
-        event("silver.batch.committed", records=metrics["records"], rows_written=written,
-              dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
-              broken_rules=rule_counts)
-
-    def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
-        """``batch`` with the rule ``snapshot_in_order``'s column, against the newest
-        snapshot the change log held before this batch: before this batch's own commit to it,
-        for a batch replayed after a crash (so that it decides as the first run did)."""
-        assert self.snapshots is not None
-        replayed_at = self.commits.version(self.snapshots.log_location, batch_id) \
-            if batch_id in self.commits.replayable else None
-        newest = self.snapshots.newest_applied(batch.sparkSession, replayed_at)
-        log.debug("silver.snapshots.newest_applied", snapshot=str(newest),
-                  replayed=replayed_at is not None)
-        return self.snapshots.mark_order(batch, newest)
-
-    def _check_span(self, batch: DataFrame, metrics: dict[str, Any], log: Any) -> None:
-        """Warn about a batch whose event time spans more than the watermark's delay, with
-        the rows more than the delay behind its newest one: this batch keeps them, but had
-        they been read in a later batch the watermark this one sets would have dropped them
-        (as it drops any row of a split upstream commit still to come)."""
-        low, high = metrics.pop("_min_event_time", None), metrics.pop("_max_event_time", None)
-        if low is None or high is None or (high - low).total_seconds() <= self.delay_s:
-            return
-        assert self.spec.event_time is not None and self.spec.dedup is not None
-        behind = F.col(self.spec.event_time) <= \
-            F.lit(high) - F.expr(f"INTERVAL {self.delay_s} SECONDS")
-        at_risk = batch.where(behind).count()
-        self.totals.update(rows_at_risk=at_risk)
-        log.warning("silver.batch.wide_event_time", span=describe_seconds(
-            (high - low).total_seconds()), delay=self.spec.dedup.delay, rows_at_risk=at_risk,
-            reason="the batch spans more event time than the watermark's delay: its rows "
-                   "more than the delay behind its newest were kept because they came in "
-                   "the same batch; read in a later batch they would have been late")
-
-    def _write_good(self, df: DataFrame, batch_id: int, truncated: bool = False) -> None:
-        if self.spec.format is TableFormat.PARQUET:
-            # The batch's own partition, overwritten: a replayed batch replaces its rows.
-            view = f"_silver_batch_{self.table.name}"
-            df.createOrReplaceTempView(view)
-            df.sparkSession.sql(
-                f"INSERT OVERWRITE TABLE {quote_name(self.table.full_name)} "
-                f"PARTITION ({quote(BATCH_ID)} = {int(batch_id)}) "
-                f"SELECT {quote_all(df.columns)} FROM {quote(view)}")
-            df.sparkSession.catalog.dropTempView(view)
-        elif self.applier:
-            self.log.debug("silver.changes.applying", keys=self.applier.keys,
-                           log=self.changes_table)
-            figures = self.applier.apply(
-                df, lambda rows, location: self.commits.append(rows, location, batch_id),
-                truncated=truncated)
-            self.log.debug("silver.batch.changes_applied", **figures)
-        elif self.spec.mode is WriteMode.UPSERT:
-            self._merge(df)
-        else:
-            self.commits.append(df, self.table.location, batch_id)
-
-    def _merge(self, df: DataFrame) -> None:
-        """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
-        sees two source rows for one target row, and an older row never overwrites a newer."""
-        upsert = self.spec.upsert
-        assert upsert is not None
-        keys, seq = upsert.keys, upsert.sequence
-        latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
-        source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
-            .drop("_rank", *upsert.except_columns)
-        on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
-        self.log.debug("silver.batch.merging", keys=keys)
-        merge(source, self.table.location, on,
-              update_when=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
+        return quarantines(self.spec)
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
         figures = super().batch_figures(progress)

@@ -9,14 +9,16 @@ import os
 import shlex
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bronze.filebatch import FileBatchWriter, FileSource, LandingFiles
 from bronze.job import BronzeJob
 from bronze.reconcile import Reconciler
 from framework.checkpoint import last_committed_batch, last_reconciled_batch
@@ -144,15 +146,29 @@ def test_malformed_records_are_quarantined_and_new_columns_rescued(
     assert summary.counts["quarantined_rows"] == 4 and summary.rows_out == 28
 
 
+@dataclass(frozen=True)
+class DeletingFiles(LandingFiles):
+    """The stream's batches, with a file deleted after the source planned the batch, before
+    the batch reads it."""
+
+    doomed: tuple[Path, ...] = ()
+
+    def planned(self, writer: FileBatchWriter, batch_id: int
+                ) -> tuple[dict[str, int], tuple[str, ...]]:
+        planned = super().planned(writer, batch_id)
+        for path in self.doomed:
+            path.unlink(missing_ok=True)
+        return planned
+
+
 class DeletingJob(BronzeJob):
     """Bronze with a file deleted after the source listed it, before the batch reads it."""
 
     doomed: ClassVar[list[Path]] = []
 
-    def _process_batch(self, batch: Any, batch_id: int) -> None:
-        for path in self.doomed:
-            path.unlink(missing_ok=True)
-        super()._process_batch(batch, batch_id)
+    def file_source(self) -> FileSource:
+        source = cast(LandingFiles, super().file_source())
+        return DeletingFiles(source.known, doomed=tuple(self.doomed))
 
 
 def test_a_file_that_cannot_be_read_whole_is_quarantined_whole(
@@ -299,11 +315,12 @@ def test_a_batch_stopped_while_archiving_is_finished_by_the_next_run_without_a_r
     write_order_files(landing, files=3, per_file=2)
     table = lakehouse.project().table("orders")
 
-    class StoppedWhileArchiving(BronzeJob):
-        """The driver stops after the batch's ledger commit, with one file archived."""
+    @dataclass(frozen=True)
+    class ArchivingOneThenStopping(LandingFiles):
+        """The batches' settling stops after one file is archived."""
 
-        def reconciler(self) -> Reconciler:
-            made = super().reconciler()
+        def reconciler(self, *args: Any) -> Reconciler:
+            made = super().reconciler(*args)
             settle = made.settle
 
             def one_then_stop(batch_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -312,6 +329,12 @@ def test_a_batch_stopped_while_archiving_is_finished_by_the_next_run_without_a_r
 
             made.settle = one_then_stop  # type: ignore[method-assign]
             return made
+
+    class StoppedWhileArchiving(BronzeJob):
+        """The driver stops after the batch's ledger commit, with one file archived."""
+
+        def file_source(self) -> FileSource:
+            return ArchivingOneThenStopping(cast(LandingFiles, super().file_source()).known)
 
     stopped = StoppedWhileArchiving(spark, table, RunContext()).run()
     assert stopped.status is RunStatus.FAILED

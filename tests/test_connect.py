@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,63 +112,85 @@ def test_serve_is_refused_on_connect_before_anything_starts(
     assert not lakehouse.path("_lease").exists()  # refused before the lake was taken
 
 
-def test_a_job_travels_to_the_server_without_what_only_the_client_holds(
+def test_what_travels_to_the_server_is_each_layers_small_description_of_its_batches(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
-    """The job a Connect server runs a micro-batch with: pickled without its session, locks,
-    logger, listener and recorder, each put back (or left out) where it is unpickled."""
+    """A Connect server runs a micro-batch with the writer its query's function makes: the
+    function pickles (as pyspark pickles it at start) with no session, lock or logger in it,
+    for every layer's writer, and unpickled makes the same writer description again."""
+    from pyspark import cloudpickle
+
+    from bronze.job import BronzeJob
     from framework.job import RunContext
-    from framework.microbatch import dumps_job, loads_job
+    from framework.microbatch import Outcomes, StepFunction
+    from gold.job import WindowMerge
+    from silver.batch import SilverBatches
     from silver.job import SilverJob
 
     lakehouse.add_table("bronze", "orders", bronze_spec())
-    lakehouse.add_table("silver", "orders", {"source": "orders"})
-    job = SilverJob(spark, lakehouse.project().table("orders", Layer.SILVER), RunContext())
-    job.totals.update(records=3)
+    lakehouse.add_table("silver", "orders", {"source": "orders", "expectations": [
+        {"name": "has_id", "rule": "order_id IS NOT NULL", "action": "quarantine"}]})
+    project = lakehouse.project()
+    bronze = BronzeJob(spark, project.table("orders", Layer.BRONZE), RunContext())
+    bronze.prepare()
+    silver = SilverJob(spark, project.table("orders", Layer.SILVER), RunContext())
+    factories = [bronze.file_batches(),
+                 SilverBatches(silver.table, range(2, 3), silver.log_context),
+                 WindowMerge("/tmp/gold", ("k",), {"layer": "gold"})]
+    for make in factories:
+        outcomes = Outcomes(str(lakehouse.path("checkpoint")), project.env, remote=True)
+        copy = cloudpickle.loads(cloudpickle.dumps(StepFunction(make, outcomes)))
+        assert copy.outcomes.token == outcomes.token
+        if hasattr(make, "stop"):  # (the client's stop request and store stay with it)
+            assert make.stop is not None and copy.make.stop is None
+            assert copy.make.storage is None
+            assert replace(copy.make, stop=make.stop, storage=make.storage) == make
+        else:
+            assert copy.make == make
 
-    copy = loads_job(dumps_job(job), spark)
-    assert copy is not job and copy.spark is spark and copy.commits.spark is spark
-    assert copy.listener is None and copy.recorder is None  # the client's own
-    assert copy.ctx.stop.is_set() is False  # a fresh event
-    assert copy.totals == {"records": 3} and copy.table == job.table
-    assert copy.log._context == job.log._context  # the same bound context, a logger of its own
-    from pyspark import cloudpickle
 
-    with pytest.raises(TypeError, match=r"cannot pickle '_thread\.lock' object"):
-        cloudpickle.dumps(job.ctx)  # what pyspark's own pickling of the job meets first
-
-
-def test_a_batch_outcome_is_read_back_by_its_run_only_and_holds_figures_only(
-    tmp_path: Path,
+def test_a_batch_outcome_is_taken_by_its_run_only_once_and_holds_figures_only(
+    tmp_path: Path, lakehouse: Lakehouse
 ) -> None:
     import pickle
-    from collections import Counter
 
+    from bronze.filebatch import Landed
     from bronze.ledger import BatchCounts
-    from framework.microbatch import read_outcome, write_outcome
-    from framework.storage import LocalStorage
+    from framework.microbatch import Outcome, Outcomes
+    from silver.batch import Refined
 
-    store, checkpoint = LocalStorage(), str(tmp_path / "checkpoint")
-    assert read_outcome(store, checkpoint, "run-1") is None  # before any batch
-    write_outcome(store, checkpoint, 0, "run-0", {"batches": {0: BatchCounts(batch_id=0)}})
-    assert read_outcome(store, checkpoint, "run-1") is None  # an earlier run's
-    for batch in (1, 2, 3):
-        write_outcome(store, checkpoint, batch, "run-1",
-                      {"totals": Counter(records=batch), "batch_error": None})
-    assert read_outcome(store, checkpoint, "run-1") == {"totals": Counter(records=3),
-                                                        "batch_error": None}
-    assert sorted(p.name for p in (tmp_path / "checkpoint" / "outcomes").iterdir()) == \
-        ["2", "3"]  # the newest and the one before
+    env = lakehouse.project().env
+    checkpoint = str(tmp_path / "checkpoint")
+    earlier = Outcomes(checkpoint, env, remote=True)
+    run = Outcomes(checkpoint, env, remote=True)
+    assert run.take() == []  # before any batch
+    earlier.put(Landed(0, counts=BatchCounts(batch_id=0)))
+    assert earlier.take() == [Landed(0, counts=BatchCounts(batch_id=0))]
+    earlier.put(Landed(0, counts=BatchCounts(batch_id=0)))
+    for batch in (3, 1, 2):
+        run.put(Refined(batch, records=batch, rule_counts={"positive": 1}))
+    run.put(Outcome(4, error="expectation failed"))
+    assert run.take() == [Refined(1, records=1, rule_counts={"positive": 1}),
+                          Refined(2, records=2, rule_counts={"positive": 1}),
+                          Refined(3, records=3, rule_counts={"positive": 1}),
+                          Outcome(4, error="expectation failed")]
+    assert run.take() == []  # each once, and an earlier run's removed unread
+    assert list((tmp_path / "checkpoint" / "outcomes").iterdir()) == []
 
     class Payload:
         def __reduce__(self) -> tuple[object, ...]:
             return (print, ("ran",))
 
-    (tmp_path / "checkpoint" / "outcomes" / "4").write_bytes(
-        pickle.dumps({"token": "run-1", "fields": {"x": Payload()}}))
+    (tmp_path / "checkpoint" / "outcomes" / "5").write_bytes(
+        pickle.dumps({"token": run.token, "outcome": Payload()}))
     with pytest.raises(pickle.UnpicklingError, match=r"expected the figures of a batch, "
                                                      r"found builtins\.print"):
-        read_outcome(store, checkpoint, "run-1")
+        run.take()
+
+    here = Outcomes(checkpoint, env, remote=False)  # a classic session: in memory
+    here.put(Refined(7))
+    here.put(Refined(6))
+    assert here.take() == [Refined(6), Refined(7)] and here.take() == []
 
 
 # ---------------------------------------------------------------------- a real server

@@ -1,0 +1,327 @@
+"""Silver's micro-batch: a pure step from the batch's rows to its :class:`Refined` outcome.
+
+Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`,
+made from :class:`SilverBatches` (the table and what the batches need, decided before the query
+starts) where the batches run: in the job's process, or on a Spark Connect server. It evaluates
+the expectations (``fail`` raises inside the batch's own computation, so no table of the batch
+commits), counts broken rows per rule, drops or quarantines them, and writes the good rows:
+appended (one commit per table, tagged with the query and batch: a batch replayed after a crash
+appends only where its commit is missing), merged by key (upsert), applied as changes through
+the change log (:mod:`silver.changes`), or written into the batch's partition of a
+Hive-bucketed parquet table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from framework.checkpoint import query_id
+from framework.config.model import Table
+from framework.delta import BatchCommits, merge
+from framework.errors import BatchFailedError
+from framework.eventtime import describe_seconds, interval_seconds
+from framework.identifiers import quote, quote_all, quote_name
+from framework.logging import get_logger
+from framework.microbatch import Outcome
+from framework.storage import storage_for
+from silver.changes import ChangeApplier
+from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
+from silver.spec import Action, Expectation, SilverTableSpec, TableFormat, WriteMode
+
+CAST_ERRORS = "_cast_errors"
+USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
+BATCH_ID = "_batch_id"
+QUARANTINE_SCHEMA = StructType([
+    StructField("_row", StringType()),
+    StructField("_failed_rules", ArrayType(StringType())),
+    StructField(BATCH_ID, LongType()),
+    StructField("_quarantined_at", TimestampType()),
+])
+
+
+def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
+    """The spec's expectations, and those its change data implies: a change without a
+    sequence has no place in its key's history, so it is quarantined; so is a snapshot without
+    an id, or older than the newest applied (:mod:`silver.snapshots`)."""
+    changes = spec.changes
+    implicit = []
+    if changes and logged_changes(spec):
+        implicit.append(Expectation(name=f"has_{changes.sequence}", action=Action.QUARANTINE,
+                                    rule=f"{quote(changes.sequence)} IS NOT NULL"))
+    if changes and changes.snapshot_by is not None:  # (the column: SnapshotApplier.mark_order)
+        implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
+                                    action=Action.QUARANTINE))
+    return [*spec.expectations, *implicit]
+
+
+def logged_changes(spec: SilverTableSpec) -> bool:
+    """Whether the table's changes go through a change log beside it (removals, versions or
+    snapshots); a plain upsert is one MERGE."""
+    changes = spec.changes
+    return changes is not None and bool(changes.removals or changes.snapshot_by is not None
+                                        or spec.mode is WriteMode.SCD2)
+
+
+def change_applier(table: Table) -> ChangeApplier | None:
+    """What applies the table's changes through its change log (None: none is kept)."""
+    spec = cast(SilverTableSpec, table.spec)
+    changes = spec.changes
+    if changes is None or not logged_changes(spec):
+        return None
+    kind = SnapshotApplier if changes.snapshot_by is not None else ChangeApplier
+    return kind(changes, table.location, table.companion_location("changes"))
+
+
+def quarantines(spec: SilverTableSpec) -> bool:
+    """Whether rows of the table can be quarantined (a typed column, a quarantine rule)."""
+    return any(c.type for c in spec.columns) or \
+        any(e.action is Action.QUARANTINE for e in batch_rules(spec))
+
+
+@dataclass(frozen=True)
+class Refined(Outcome):
+    """What a batch wrote: its records, those written, quarantined and dropped, the rows
+    breaking each rule, and the rows its span of event time put at risk."""
+
+    records: int = 0
+    written: int = 0
+    quarantined: int = 0
+    dropped: int = 0
+    rule_counts: Mapping[str, int] = field(default_factory=dict)
+    rows_at_risk: int = 0
+
+
+@dataclass(frozen=True)
+class SilverBatches:
+    """What a silver table's batches need (the writer factory of its query): the table, the
+    batches its checkpoint may replay, and the job's log context."""
+
+    table: Table
+    replayable: range
+    log_context: Mapping[str, Any]
+
+    def __call__(self, spark: SparkSession) -> BatchWriter:
+        return BatchWriter(self, spark)
+
+
+class BatchWriter:
+    """Writes the micro-batches of one query run (see the module's text)."""
+
+    def __init__(self, batches: SilverBatches, spark: SparkSession) -> None:
+        self.table = batches.table
+        self.spec = cast(SilverTableSpec, batches.table.spec)
+        self.log_context = batches.log_context
+        self.rules = batch_rules(self.spec)
+        self.typed = any(c.type for c in self.spec.columns)
+        self.quarantines = quarantines(self.spec)
+        self.applier = change_applier(batches.table)
+        self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
+        self.commits = BatchCommits(spark)
+        self.commits.replayable = batches.replayable
+        env = batches.table.env
+        self.commits.writer_id = query_id(batches.table.checkpoint,
+                                          storage_for(env.root, env, spark))
+
+    def write(self, batch: DataFrame, batch_id: int) -> Refined:
+        try:
+            return self._write(batch, batch_id)
+        except BatchFailedError:
+            raise
+        except Exception as exc:
+            raised = USER_RAISED.search(str(exc))
+            if not raised:
+                raise
+            reason = f"{raised.group(1)} (nothing of batch {batch_id} was written)"
+            get_logger(**self.log_context).error("silver.expectation.failed",
+                                                 batch_id=batch_id, error=reason)
+            raise BatchFailedError(self.table.full_name, f"batch {batch_id}", reason) from exc
+
+    # ------------------------------------------------------------------ the batch
+    def _write(self, batch: DataFrame, batch_id: int) -> Refined:
+        log = get_logger(**self.log_context, batch_id=batch_id)
+        if isinstance(self.applier, SnapshotApplier):
+            batch = self._mark_snapshot_order(batch, batch_id, log)
+        broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in self.rules}
+        quarantine, drop = self._verdicts(broken)
+        aggs = self._aggregates(broken, quarantine, drop)
+        df = self._failing(batch, broken, batch_id)
+        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
+        # One pass when nothing else is written and the batch cannot be a replay; otherwise
+        # the batch is cached so its (stateful) computation runs once for all writes (and for
+        # the span check of a table with a watermark).
+        if not (self.quarantines or batch_id in self.commits.replayable
+                or self.spec.mode is not WriteMode.APPEND or self.spec.dedup is not None):
+            observation = Observation(f"silver_{self.table.name}_{batch_id}")
+            observed = df.observe(observation, *aggs)
+            self._write_good(observed.where(~drop).select(*good_cols), batch_id)
+            return self._counted(observation.get, 0, batch_id, log)
+        df = df.persist()
+        try:
+            row = df.agg(*aggs).first()  # a 'fail' rule raises here, before any write
+            assert row is not None
+            metrics = row.asDict()
+            at_risk = self._check_span(df, metrics, log)
+            self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id,
+                             truncated=metrics.pop("_truncates", 0) > 0)
+            if metrics["quarantined"]:
+                self._quarantine(df.where(quarantine), broken, good_cols, batch_id)
+        finally:
+            df.unpersist()
+        return self._counted(metrics, at_risk, batch_id, log)
+
+    def _verdicts(self, broken: Mapping[str, Column]) -> tuple[Column, Column]:
+        """Whether a row is quarantined, and whether it is dropped (a row to quarantine is
+        kept there, never only dropped)."""
+        quarantine: Column = F.lit(False)
+        drop: Column = F.lit(False)
+        for e in self.rules:
+            if e.action is Action.QUARANTINE:
+                quarantine = quarantine | broken[e.name]
+            elif e.action is Action.DROP:
+                drop = drop | broken[e.name]
+        if self.typed:
+            quarantine = quarantine | (F.size(CAST_ERRORS) > 0)
+        return quarantine, ~quarantine & drop
+
+    def _failing(self, batch: DataFrame, broken: Mapping[str, Column],
+                 batch_id: int) -> DataFrame:
+        """The batch, raising in its own computation at a row that breaks a ``fail`` rule."""
+        for e in self.rules:
+            if e.action is Action.FAIL:
+                message = F.lit(f"expectation {e.name!r} failed in batch {batch_id}: {e.rule}")
+                batch = batch.where(F.when(broken[e.name], F.raise_error(message))
+                                    .otherwise(True))
+        return batch
+
+    def _aggregates(self, broken: Mapping[str, Column], quarantine: Column,
+                    drop: Column) -> list[Column]:
+        """The batch's figures, computed in one pass: records, quarantined and dropped rows,
+        the rows breaking each rule (a cast is one), truncates, the span of event time."""
+        aggs = [
+            F.count(F.lit(1)).alias("records"),
+            F.count_if(quarantine).alias("quarantined"),
+            F.count_if(drop).alias("dropped"),
+            *[F.count_if(broken[e.name]).alias(f"rule:{e.name}") for e in self.rules
+              if e.action is not Action.FAIL],
+            *[F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
+              .alias(f"rule:cast:{c.name}") for c in self.spec.columns if c.type],
+        ]
+        truncate = self.applier.truncate_condition() if self.applier else None
+        if truncate is not None:  # a batch with a truncate recomputes every key
+            aggs.append(F.count_if(truncate & ~quarantine & ~drop).alias("_truncates"))
+        if self.spec.dedup:
+            assert self.spec.event_time is not None  # checked with the config
+            aggs += [F.min(self.spec.event_time).alias("_min_event_time"),
+                     F.max(self.spec.event_time).alias("_max_event_time")]
+        return aggs
+
+    def _quarantine(self, rows: DataFrame, broken: Mapping[str, Column],
+                    good_cols: list[str], batch_id: int) -> None:
+        """Append the quarantined rows, each as JSON with the rules it broke."""
+        names = [F.when(broken[e.name], F.lit(e.name)) for e in self.rules
+                 if e.action is not Action.FAIL]
+        failed = F.filter(F.array(*names), lambda x: x.isNotNull()) if names else \
+            F.array().cast("array<string>")
+        if self.typed:
+            failed = F.concat(F.col(CAST_ERRORS), failed)
+        data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
+        self.commits.append(rows.select(
+            data.alias("_row"), failed.alias("_failed_rules"),
+            F.lit(batch_id).cast("long").alias(BATCH_ID),
+            F.current_timestamp().alias("_quarantined_at"),
+        ), self.table.companion_location("quarantine"), batch_id)
+
+    @staticmethod
+    def _counted(metrics: Mapping[str, Any], at_risk: int, batch_id: int, log: Any) -> Refined:
+        written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
+        rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
+                       if k.startswith("rule:")}
+        event = log.warning if any(rule_counts.values()) else log.info
+        event("silver.batch.committed", records=metrics["records"], rows_written=written,
+              dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
+              broken_rules=rule_counts)
+        return Refined(batch_id, records=metrics["records"], written=written,
+                       quarantined=metrics["quarantined"], dropped=metrics["dropped"],
+                       rule_counts=rule_counts, rows_at_risk=at_risk)
+
+    def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
+        """``batch`` with the rule ``snapshot_in_order``'s column, against the newest
+        snapshot the change log held before this batch: before this batch's own commit to it,
+        for a batch replayed after a crash (so that it decides as the first run did)."""
+        snapshots = cast(SnapshotApplier, self.applier)
+        replayed_at = self.commits.version(snapshots.log_location, batch_id) \
+            if batch_id in self.commits.replayable else None
+        newest = snapshots.newest_applied(batch.sparkSession, replayed_at)
+        log.debug("silver.snapshots.newest_applied", snapshot=str(newest),
+                  replayed=replayed_at is not None)
+        return snapshots.mark_order(batch, newest)
+
+    def _check_span(self, batch: DataFrame, metrics: dict[str, Any], log: Any) -> int:
+        """Warn about a batch whose event time spans more than the watermark's delay, with
+        the rows more than the delay behind its newest one (returned): this batch keeps them,
+        but had they been read in a later batch the watermark this one sets would have
+        dropped them (as it drops any row of a split upstream commit still to come)."""
+        low, high = metrics.pop("_min_event_time", None), metrics.pop("_max_event_time", None)
+        if low is None or high is None or (high - low).total_seconds() <= self.delay_s:
+            return 0
+        assert self.spec.event_time is not None and self.spec.dedup is not None
+        behind = F.col(self.spec.event_time) <= \
+            F.lit(high) - F.expr(f"INTERVAL {self.delay_s} SECONDS")
+        at_risk = batch.where(behind).count()
+        log.warning("silver.batch.wide_event_time", span=describe_seconds(
+            (high - low).total_seconds()), delay=self.spec.dedup.delay, rows_at_risk=at_risk,
+            reason="the batch spans more event time than the watermark's delay: its rows "
+                   "more than the delay behind its newest were kept because they came in "
+                   "the same batch; read in a later batch they would have been late")
+        return at_risk
+
+    def _write_good(self, df: DataFrame, batch_id: int, truncated: bool = False) -> None:
+        if self.spec.format is TableFormat.PARQUET:
+            # The batch's own partition, overwritten: a replayed batch replaces its rows.
+            view = f"_silver_batch_{self.table.name}"
+            df.createOrReplaceTempView(view)
+            df.sparkSession.sql(
+                f"INSERT OVERWRITE TABLE {quote_name(self.table.full_name)} "
+                f"PARTITION ({quote(BATCH_ID)} = {int(batch_id)}) "
+                f"SELECT {quote_all(df.columns)} FROM {quote(view)}")
+            df.sparkSession.catalog.dropTempView(view)
+        elif self.applier:
+            log = get_logger(**self.log_context)
+            log.debug("silver.changes.applying", keys=self.applier.keys,
+                      log=self.table.qualified("changes"))
+            figures = self.applier.apply(
+                df, lambda rows, location: self.commits.append(rows, location, batch_id),
+                truncated=truncated)
+            log.debug("silver.batch.changes_applied", **figures)
+        elif self.spec.mode is WriteMode.UPSERT:
+            self._merge(df)
+        else:
+            self.commits.append(df, self.table.location, batch_id)
+
+    def _merge(self, df: DataFrame) -> None:
+        """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
+        sees two source rows for one target row, and an older row never overwrites a newer."""
+        upsert = self.spec.upsert
+        assert upsert is not None
+        keys, seq = upsert.keys, upsert.sequence
+        latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
+        source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
+            .drop("_rank", *upsert.except_columns)
+        on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
+        get_logger(**self.log_context).debug("silver.batch.merging", keys=keys)
+        merge(source, self.table.location, on,
+              update_when=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")
