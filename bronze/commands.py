@@ -28,6 +28,11 @@ from framework.storage import FileInfo, land, local_path, parse_retention, schem
 
 
 def add_commands(commands: Commands) -> None:
+    for add in (_add_land, _add_purge_archive, _add_infer_schema, _add_schema, _add_backfill):
+        add(commands)
+
+
+def _add_land(commands: Commands) -> None:
     p = commands.add(
         "land", cmd_land, help="upload files into a feed's landing",
         description="Upload local files into a bronze feed's landing folder, in the order "
@@ -39,6 +44,8 @@ def add_commands(commands: Commands) -> None:
                    help="give each file its own local modification time instead (local "
                    "stores only): the feed is read in the order of those times")
 
+
+def _add_purge_archive(commands: Commands) -> None:
     p = commands.add(
         "purge-archive", cmd_purge_archive,
         help="delete archived landing files past their retention",
@@ -51,6 +58,8 @@ def add_commands(commands: Commands) -> None:
                    help="a bronze table (repeatable); default: all")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
 
+
+def _add_infer_schema(commands: Commands) -> None:
     p = commands.add(
         "infer-schema", cmd_infer_schema,
         help="infer a bronze feed's schema once and write it into its spec",
@@ -59,6 +68,8 @@ def add_commands(commands: Commands) -> None:
     p.add_argument("table")
     p.add_argument("--force", action="store_true", help="replace an existing schema")
 
+
+def _add_schema(commands: Commands) -> None:
     p = commands.add(
         "schema", cmd_schema, help="print every schema a feed has had (or add columns)",
         description="Print the schema history of a bronze feed of files: each version with "
@@ -71,6 +82,7 @@ def add_commands(commands: Commands) -> None:
                    help="columns to add, e.g. \"channel STRING, qty BIGINT\"")
 
 
+def _add_backfill(commands: Commands) -> None:
     p = commands.add(
         "backfill", cmd_backfill, help="ingest a historical folder of files into a feed, once",
         description="Ingest the files of a folder (years of history, say) into a bronze feed "

@@ -57,23 +57,35 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = common_options()
     parser = argparse.ArgumentParser(
         prog="medallion",
         description="Configuration-driven medallion ingestion on Spark and Delta Lake.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = Commands(sub, common_options())
+    for add_command in (_add_validate, _add_run, _add_refresh, _add_status, _add_sql,
+                        _add_serve, _add_report, _add_optimize, _add_init):
+        add_command(commands)
+    for layer_plugin in plugins().values():
+        if layer_plugin.commands is not None:
+            layer_plugin.commands(commands)
+    for add in installed_commands():
+        add(commands)
+    return parser
 
-    p = sub.add_parser("validate", parents=[common], help="load and check all configuration",
-                       description="Load conf/ for the environment; report every problem at once. "
-                       "The specs' SQL (schemas, types, expressions) is parsed by Spark.")
+
+def _add_validate(commands: Commands) -> None:
+    p = commands.add("validate", cmd_validate, help="load and check all configuration",
+                     description="Load conf/ for the environment; report every problem at once. "
+                     "The specs' SQL (schemas, types, expressions) is parsed by Spark.")
     p.add_argument("--no-spark", action="store_true",
                    help="skip the checks that need Spark's SQL parser (no JVM started)")
-    p.set_defaults(handler=cmd_validate)
 
-    p = sub.add_parser("run", parents=[common], help="run a layer's tables",
-                       description="Run the streaming jobs of a layer (or 'all' layers in order).")
+
+def _add_run(commands: Commands) -> None:
+    p = commands.add("run", cmd_run, help="run a layer's tables",
+                     description="Run the streaming jobs of a layer (or 'all' layers in order).")
     p.add_argument("layer", choices=[*(layer.value for layer in Layer), "all"])
     which = p.add_mutually_exclusive_group()
     which.add_argument("--table", action="append", default=[], metavar="T",
@@ -86,14 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tables run at once, those that do not read each other (default: the "
                    "cores of a local master, at most 4, or with --continuous every table; 1 "
                    "runs them one after another)")
-    p.set_defaults(handler=cmd_run)
 
-    p = sub.add_parser("refresh", parents=[common], help="rebuild tables from their sources",
-                       description="Rebuild silver and gold tables from their sources: each "
-                       "table's checkpoint is set aside and the table emptied, then its query "
-                       "reads its source again from the start. Prints the plan first. A refresh "
-                       "stopped, killed or failed halfway stays open and is completed by the "
-                       "next 'refresh' or 'run' (never rolled back).")
+
+def _add_refresh(commands: Commands) -> None:
+    p = commands.add("refresh", cmd_refresh, help="rebuild tables from their sources",
+                     description="Rebuild silver and gold tables from their sources: each "
+                     "table's checkpoint is set aside and the table emptied, then its query "
+                     "reads its source again from the start. Prints the plan first. A refresh "
+                     "stopped, killed or failed halfway stays open and is completed by the "
+                     "next 'refresh' or 'run' (never rolled back).")
     p.add_argument("table", nargs="+", help="a table: silver.orders, its full or short name")
     p.add_argument("--downstream", action="store_true",
                    help="refresh every table that reads them too (without it, a refresh "
@@ -104,25 +117,27 @@ def build_parser() -> argparse.ArgumentParser:
                    "are read again, and only their rows replaced (ISO 8601; UTC without a zone)")
     p.add_argument("--until", metavar="TIME", type=instant,
                    help="a bronze feed: only the files delivered before TIME")
-    p.set_defaults(handler=cmd_refresh)
 
-    p = sub.add_parser("status", parents=[common], help="tables, row counts, checkpoints",
-                       description="For each configured table: rows, Delta version, last "
-                       "committed batch of its checkpoint, and files waiting in landing; for "
-                       "a Kafka or Event Hubs feed, per partition the offset reached, the "
-                       "latest offset and the lag. On a local or ADLS root it reads the "
-                       "tables' Delta logs, parquet footers, checkpoints and landing without "
-                       "starting Spark and without the lake's lease, so it answers while a run "
-                       "holds the lake; rows it cannot read there are NULL (a view's, a "
-                       "table's whose log holds no row counts): --count counts them with Spark. "
-                       "A Kafka feed's offsets, and any other root, are read with Spark.")
+
+def _add_status(commands: Commands) -> None:
+    p = commands.add("status", cmd_status, help="tables, row counts, checkpoints",
+                     description="For each configured table: rows, Delta version, last "
+                     "committed batch of its checkpoint, and files waiting in landing; for "
+                     "a Kafka or Event Hubs feed, per partition the offset reached, the "
+                     "latest offset and the lag. On a local or ADLS root it reads the "
+                     "tables' Delta logs, parquet footers, checkpoints and landing without "
+                     "starting Spark and without the lake's lease, so it answers while a run "
+                     "holds the lake; rows it cannot read there are NULL (a view's, a "
+                     "table's whose log holds no row counts): --count counts them with Spark. "
+                     "A Kafka feed's offsets, and any other root, are read with Spark.")
     p.add_argument("--count", action="store_true",
                    help="start Spark and count what the files do not say: a view's rows, a "
                    "table's whose log holds no row counts (takes the lake's lease)")
-    p.set_defaults(handler=cmd_status)
 
-    p = sub.add_parser("sql", parents=[common], help="run a SQL query and print the result",
-                       description="Run SQL on the lakehouse (tables by name) and print a table.")
+
+def _add_sql(commands: Commands) -> None:
+    p = commands.add("sql", cmd_sql, help="run a SQL query and print the result",
+                     description="Run SQL on the lakehouse (tables by name) and print a table.")
     p.add_argument("query")
     p.add_argument("--limit", type=at_least_one("rows"), default=100,
                    help="rows to print at most (default 100; says so when it cuts)")
@@ -130,50 +145,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain-pruning", action="store_true",
                    help="run the query and print what its scans pruned (dynamic pruning in "
                    "the plan; partitions and files read of each table's total) instead of rows")
-    p.set_defaults(handler=cmd_sql)
 
-    p = sub.add_parser("serve", parents=[common], help="serve the tables over JDBC/ODBC",
-                       description="Start Spark's Thrift JDBC/ODBC server (HiveServer2's "
-                       "protocol) over the lakehouse catalog, until SIGTERM or Ctrl-C. "
-                       "Without authentication it listens on loopback addresses only.")
+
+def _add_serve(commands: Commands) -> None:
+    p = commands.add("serve", cmd_serve, help="serve the tables over JDBC/ODBC",
+                     description="Start Spark's Thrift JDBC/ODBC server (HiveServer2's "
+                     "protocol) over the lakehouse catalog, until SIGTERM or Ctrl-C. "
+                     "Without authentication it listens on loopback addresses only.")
     p.add_argument("--host", default=None,
                    help="address to listen on (default: $MEDALLION_SERVE_HOST or localhost)")
     p.add_argument("--port", type=int, default=None,
                    help="port (default: $MEDALLION_SERVE_PORT or 10000)")
-    p.set_defaults(handler=cmd_serve)
 
-    p = sub.add_parser("report", parents=[common], help="write an HTML report with plots",
-                       description="Write one self-contained HTML page from the run history "
-                       "(<ops schema>.runs): rows per batch and throughput, quarantine, "
-                       "duplicate and late rates, state rows, over time; the landing backlog; "
-                       "the last failures; each table's freshness.")
+
+def _add_report(commands: Commands) -> None:
+    p = commands.add("report", cmd_report, help="write an HTML report with plots",
+                     description="Write one self-contained HTML page from the run history "
+                     "(<ops schema>.runs): rows per batch and throughput, quarantine, "
+                     "duplicate and late rates, state rows, over time; the landing backlog; "
+                     "the last failures; each table's freshness.")
     p.add_argument("--out", default="report.html", metavar="PATH",
                    help="the page to write (default report.html)")
     p.add_argument("--since", default="7d", metavar="PERIOD",
                    help="the period shown, such as 30m, 12h, 7d or 2w (default 7d)")
-    p.set_defaults(handler=cmd_report)
 
-    p = sub.add_parser("optimize", parents=[common], help="compact and lay out a Delta table",
-                       description="OPTIMIZE a configured Delta table: a clustered table "
-                       "(cluster_by) is laid out by its clustering columns; with --zorder a "
-                       "table that is not clustered is Z-ordered by those columns.")
+
+def _add_optimize(commands: Commands) -> None:
+    p = commands.add("optimize", cmd_optimize, help="compact and lay out a Delta table",
+                     description="OPTIMIZE a configured Delta table: a clustered table "
+                     "(cluster_by) is laid out by its clustering columns; with --zorder a "
+                     "table that is not clustered is Z-ordered by those columns.")
     p.add_argument("table")
     p.add_argument("--zorder", nargs="+", default=[], metavar="COLUMN")
-    p.set_defaults(handler=cmd_optimize)
 
-    p = sub.add_parser("init", parents=[common], help="create the lake's layout",
-                       description="Create the root (on ADLS: its file system) and the folders "
-                       "every configured table uses: landing, archive and quarantine of each "
-                       "bronze feed, tables and checkpoints. Safe to repeat.")
-    p.set_defaults(handler=cmd_init)
 
-    commands = Commands(sub, common)
-    for layer_plugin in plugins().values():
-        if layer_plugin.commands is not None:
-            layer_plugin.commands(commands)
-    for add in installed_commands():
-        add(commands)
-    return parser
+def _add_init(commands: Commands) -> None:
+    commands.add("init", cmd_init, help="create the lake's layout",
+                 description="Create the root (on ADLS: its file system) and the folders "
+                 "every configured table uses: landing, archive and quarantine of each "
+                 "bronze feed, tables and checkpoints. Safe to repeat.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -334,72 +335,83 @@ class SilverTableSpec(TableSpec):
                                     src.max_files_per_trigger, src.max_bytes_per_trigger)
 
     def check(self, table: Table) -> list[ConfigError]:
-        problems: list[ConfigError] = []
+        return [ConfigError(message, key=key) for key, message in (
+            *self._layout_problems(), *self._mode_problems(), *self._expectation_problems(),
+            *self._column_problems(), *self._transform_problems())]
 
-        def problem(key: str, message: str) -> None:
-            problems.append(ConfigError(message, key=key))
-
+    def _layout_problems(self) -> Iterator[tuple[str, str]]:
+        """(key, message) for each problem of how the table is stored: format, bucketing,
+        partitioning, clustering."""
         if self.bucket_by and self.format is TableFormat.DELTA:
-            problem("bucket_by",
-                    "expected no bucket_by on a Delta table (Delta rejects bucketing), found "
-                    f"{self.bucket_by}; use cluster_by for data skipping on these columns, or "
-                    "format: parquet for a Hive-bucketed table with shuffle-free joins")
+            yield ("bucket_by",
+                   "expected no bucket_by on a Delta table (Delta rejects bucketing), found "
+                   f"{self.bucket_by}; use cluster_by for data skipping on these columns, or "
+                   "format: parquet for a Hive-bucketed table with shuffle-free joins")
         if self.format is TableFormat.PARQUET:
             if not self.bucket_by:
-                problem("format", "expected bucket_by with format: parquet (parquet is only "
-                        "for bucketed tables; other silver tables are Delta), found none")
+                yield ("format", "expected bucket_by with format: parquet (parquet is only "
+                       "for bucketed tables; other silver tables are Delta), found none")
             for key, value in (("cluster_by", self.cluster_by), ("partition_by",
                                                                  self.partition_by)):
                 if value:
-                    problem(key, f"expected no {key} on a bucketed parquet table, found {value}")
+                    yield (key, f"expected no {key} on a bucketed parquet table, found {value}")
             if self.mode is not WriteMode.APPEND:
-                problem("mode", f"expected mode append on a parquet table (changes need "
-                        f"Delta), found {self.mode.value}")
+                yield ("mode", f"expected mode append on a parquet table (changes need "
+                       f"Delta), found {self.mode.value}")
         if self.bucket_by and not self.buckets:
-            problem("buckets", "expected the number of buckets with bucket_by, found none")
+            yield ("buckets", "expected the number of buckets with bucket_by, found none")
         if self.partition_by and self.cluster_by:
-            problem("cluster_by", "expected either partition_by or cluster_by (Delta does not "
-                    "combine them), found both")
+            yield ("cluster_by", "expected either partition_by or cluster_by (Delta does not "
+                   "combine them), found both")
+
+    def _mode_problems(self) -> Iterator[tuple[str, str]]:
+        """(key, message) for each problem of how rows are applied: the mode's block and its
+        settings, dedup."""
         for mode, block in ((WriteMode.UPSERT, self.upsert), (WriteMode.SCD2, self.scd2)):
             if self.mode is mode and block is None:
-                problem(mode.value, f"expected {mode.value}: {{keys: [...], sequence_by: "
-                        f"column}} with mode {mode.value}, found none")
+                yield (mode.value, f"expected {mode.value}: {{keys: [...], sequence_by: "
+                       f"column}} with mode {mode.value}, found none")
             elif self.mode is not mode and block is not None:
-                problem(mode.value, f"expected {mode.value}: only with mode {mode.value}, found "
-                        f"it with mode {self.mode.value}")
+                yield (mode.value, f"expected {mode.value}: only with mode {mode.value}, found "
+                       f"it with mode {self.mode.value}")
         changes = self.changes
         if changes:
-            for key, message in changes.check_settings(self.mode.value):
-                problem(key, message)
+            yield from changes.check_settings(self.mode.value)
             if changes.snapshot_by and self.dedup:
-                problem("dedup", "expected no dedup with snapshot_by (every snapshot holds "
-                        "each key again, and dedup would drop it from all but the first), "
-                        f"found dedup on {', '.join(self.dedup.keys)}")
+                yield ("dedup", "expected no dedup with snapshot_by (every snapshot holds "
+                       "each key again, and dedup would drop it from all but the first), "
+                       f"found dedup on {', '.join(self.dedup.keys)}")
         if self.dedup and not self.event_time:
-            problem("event_time", "expected event_time with dedup (the watermark needs it), "
-                    "found none")
+            yield ("event_time", "expected event_time with dedup (the watermark needs it), "
+                   "found none")
+
+    def _expectation_problems(self) -> Iterator[tuple[str, str]]:
         names = [e.name for e in self.expectations]
         for dup in sorted({n for n in names if names.count(n) > 1}):
-            problem("expectations", f"expected unique expectation names, found {dup!r} twice")
-        if self.columns:
-            out = {c.name for c in self.columns}
-            for key, cols in (("partition_by", self.partition_by), ("cluster_by",
-                              self.cluster_by), ("bucket_by", self.bucket_by),
-                              ("sort_by", self.sort_by),
-                              ("event_time", [self.event_time] if self.event_time else []),
-                              ("dedup.keys", self.dedup.keys if self.dedup else [])):
-                missing = [c for c in cols if c not in out] if not self.transforms else []
-                if missing:
-                    problem(key, f"expected columns among the output columns "
-                            f"({', '.join(sorted(out))}), found {', '.join(missing)}")
-            if self.changes and not self.transforms:
-                for key, message in self.changes.check_columns(self.mode.value, out):
-                    problem(key, message)
+            yield ("expectations", f"expected unique expectation names, found {dup!r} twice")
+
+    def _column_problems(self) -> Iterator[tuple[str, str]]:
+        """(key, message) for each column a setting names that is not among the output
+        columns (when they are listed and no transform may add others)."""
+        if not self.columns or self.transforms:
+            return
+        out = {c.name for c in self.columns}
+        for key, cols in (("partition_by", self.partition_by), ("cluster_by", self.cluster_by),
+                          ("bucket_by", self.bucket_by), ("sort_by", self.sort_by),
+                          ("event_time", [self.event_time] if self.event_time else []),
+                          ("dedup.keys", self.dedup.keys if self.dedup else [])):
+            missing = [c for c in cols if c not in out]
+            if missing:
+                yield (key, f"expected columns among the output columns "
+                       f"({', '.join(sorted(out))}), found {', '.join(missing)}")
+        if self.changes:
+            yield from self.changes.check_columns(self.mode.value, out)
+
+    def _transform_problems(self) -> Iterator[tuple[str, str]]:
         for i, path in enumerate(self.transforms):
             reason = _import_problem(path)
             if reason:
-                problem(f"transforms[{i}]", reason)
-        return problems
+                yield (f"transforms[{i}]", reason)
 
 
 def load_transform(path: str) -> Any:

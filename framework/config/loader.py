@@ -62,13 +62,15 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
     return project
 
 
+# A spec read from its file: its layer, the spec, the file.
+_SpecFile = tuple[Layer, TableSpec, str]
+
+
 def load_checked(conf_dir: str | Path | None = None, env: str | None = None
                  ) -> tuple[ProjectConfig | None, list[ConfigError]]:
     """Every problem of the configuration, and the project of the specs that are valid (for
     ``validate`` to check their SQL too, in the same pass; None without a valid
     environment)."""
-    from framework.layers import spec_model
-
     conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
     env_name = env or os.environ.get("MEDALLION_ENV", DEFAULT_ENV)
     errors: list[ConfigError] = []
@@ -77,9 +79,26 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
         raise ConfigValidationError(
             [ConfigError(f"expected a configuration folder, found none at {conf.resolve()}")]
         )
+    environment = _load_environment(conf, env_name, errors)
+    specs: list[_SpecFile] = []
+    # specs with problems, without the keys that have them: their SQL is checked too
+    partial: list[_SpecFile] = []
+    for layer_dir in sorted(p for p in (conf / "tables").glob("*") if p.is_dir()):
+        _load_layer(layer_dir, errors, specs, partial)
 
+    if environment is None:
+        return None, errors
+    tables = [Table(spec, layer, environment, file) for layer, spec, file in specs]
+    errors += _check_tables(tables)
+    tables += [Table(spec, layer, environment, file) for layer, spec, file in partial]
+    return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf)), errors
+
+
+def _load_environment(conf: Path, env_name: str, errors: list[ConfigError]
+                      ) -> Environment | None:
+    """The environment ``env_name`` of ``conf``; None, its problems in ``errors``, when it
+    is missing or not valid."""
     env_file = conf / "environments" / f"{env_name}.yaml"
-    environment: Environment | None = None
     if not env_file.is_file():
         known = sorted(p.stem for p in (conf / "environments").glob("*.yaml"))
         errors.append(
@@ -89,66 +108,60 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
                 file=str(env_file),
             )
         )
-    else:
-        environment = _validate(Environment, env_file, errors, defaults={"name": env_name})
-        if environment is not None:
-            environment = _anchor_root(environment, conf)
+        return None
+    environment = _validate(Environment, env_file, errors, defaults={"name": env_name})
+    return _anchor_root(environment, conf) if environment is not None else None
 
-    specs: list[tuple[Layer, TableSpec, str]] = []
-    # specs with problems, without the keys that have them: their SQL is checked too
-    partial: list[tuple[Layer, TableSpec, str]] = []
-    tables_dir = conf / "tables"
-    for layer_dir in sorted(p for p in tables_dir.glob("*") if p.is_dir()):
-        spec_files = sorted(layer_dir.glob("*.y*ml"))
+
+def _load_layer(layer_dir: Path, errors: list[ConfigError], specs: list[_SpecFile],
+                partial: list[_SpecFile]) -> None:
+    """The specs of one layer's folder: the valid ones into ``specs``, the valid part of the
+    others into ``partial``, their problems into ``errors``."""
+    from framework.layers import spec_model
+
+    try:
+        layer = Layer(layer_dir.name)
+    except ValueError:
+        valid = ", ".join(layer.value for layer in Layer)
+        errors.append(ConfigError(f"expected a layer folder ({valid}), "
+                                  f"found {layer_dir.name!r}", file=str(layer_dir)))
+        return
+    for spec_file in sorted(layer_dir.glob("*.y*ml")):
+        data = _read(spec_file, errors)
+        if data is None:
+            continue
         try:
-            layer = Layer(layer_dir.name)
-        except ValueError:
-            valid = ", ".join(layer.value for layer in Layer)
-            errors.append(ConfigError(f"expected a layer folder ({valid}), "
-                                      f"found {layer_dir.name!r}", file=str(layer_dir)))
-            continue
-        if not spec_files:
-            continue
-        for spec_file in spec_files:
-            data = _read(spec_file, errors)
-            if data is None:
+            model = spec_model(layer, data)
+        except ConfigError as exc:
+            exc.file = exc.file or str(spec_file if exc.key else layer_dir)
+            errors.append(exc)
+            if exc.key:
                 continue
-            try:
-                model = spec_model(layer, data)
-            except ConfigError as exc:
-                exc.file = exc.file or str(spec_file if exc.key else layer_dir)
-                errors.append(exc)
-                if exc.key:
-                    continue
-                break  # no implementation of the layer: one error for its folder
-            spec = _validate(model, spec_file, errors, defaults={"name": spec_file.stem},
-                             data=data)
-            if spec is not None:
-                specs.append((layer, spec, str(spec_file)))
-            elif (rest := _valid_part(model, data)) is not None:
-                partial.append((layer, rest, str(spec_file)))
+            return  # no implementation of the layer: one error for its folder
+        spec = _validate(model, spec_file, errors, defaults={"name": spec_file.stem}, data=data)
+        if spec is not None:
+            specs.append((layer, spec, str(spec_file)))
+        elif (rest := _valid_part(model, data)) is not None:
+            partial.append((layer, rest, str(spec_file)))
 
-    tables: list[Table] = []
-    if environment is not None:
-        tables = [Table(spec, layer, environment, file) for layer, spec, file in specs]
-        errors += _duplicates(tables)
-        configured_tables = {f"{t.layer.value}.{t.name}" for t in tables}
-        for table in tables:
-            for up_layer, up_name in table.spec.upstream():
-                if f"{up_layer.value}.{up_name}" not in configured_tables:
-                    configured = ", ".join(sorted(configured_tables))
-                    errors.append(ConfigError(
-                        f"expected the source table {up_layer.value}.{up_name} to be configured "
-                        f"(known: {configured or 'none'}), found none",
-                        file=table.source_file, key="source"))
-            for problem in table.spec.check(table):
-                problem.file = problem.file or table.source_file
-                errors.append(problem)
 
-    if environment is None:
-        return None, errors
-    tables += [Table(spec, layer, environment, file) for layer, spec, file in partial]
-    return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf)), errors
+def _check_tables(tables: list[Table]) -> list[ConfigError]:
+    """The problems across tables (a table defined twice, a source not configured), and
+    each spec's checks that need its environment."""
+    errors = _duplicates(tables)
+    configured_tables = {f"{t.layer.value}.{t.name}" for t in tables}
+    for table in tables:
+        for up_layer, up_name in table.spec.upstream():
+            if f"{up_layer.value}.{up_name}" not in configured_tables:
+                configured = ", ".join(sorted(configured_tables))
+                errors.append(ConfigError(
+                    f"expected the source table {up_layer.value}.{up_name} to be configured "
+                    f"(known: {configured or 'none'}), found none",
+                    file=table.source_file, key="source"))
+        for problem in table.spec.check(table):
+            problem.file = problem.file or table.source_file
+            errors.append(problem)
+    return errors
 
 
 def _valid_part(model: type[M], data: dict[str, Any]) -> M | None:
