@@ -58,13 +58,12 @@ from bronze.ledger import (
 from bronze.reading import FeedReader
 from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
-from framework.checkpoint import batch_source_files, query_id
+from framework.checkpoint import batch_source_files
 from framework.config.model import Table
-from framework.delta import BatchCommits
 from framework.errors import JobError, SchemaChangeError, StorageError
 from framework.job import StopSignal
 from framework.logging import get_logger, timed
-from framework.microbatch import Outcome
+from framework.microbatch import Outcome, batch_commits
 from framework.storage import Storage, from_uri, storage_for
 
 __all__ = [
@@ -274,9 +273,7 @@ class FileBatchWriter:
         self.history = SchemaHistory(
             spark, name=table.qualified("schemas"), location=table.companion_location("schemas"),
             bronze=table.location, internal=internal_columns(self.spec), log=self.log)
-        self.commits = BatchCommits(spark)
-        self.commits.replayable = batches.replayable
-        self.commits.writer_id = batches.writer_id or query_id(table.checkpoint, self.storage)
+        self.commits = batch_commits(table, batches.replayable, spark, batches.writer_id)
 
     def reconciler(self) -> Reconciler:
         return self.source.reconciler(self.spark, self.storage, self.table, self.log)

@@ -45,17 +45,15 @@ from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
-from framework.checkpoint import query_id
-from framework.config.model import Layer, SqlKind, Table
-from framework.delta import BatchCommits, create_table
+from framework.config.model import Layer, SqlKind
+from framework.delta import create_table
 from framework.errors import ConfigError, QueryFailedError, SchemaChangeError
 from framework.job import RunStatus, StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import get_logger, timed
-from framework.microbatch import Outcome
+from framework.microbatch import Outcome, TableBatches, batch_commits
 from framework.session import detect_runtime, require_kafka
 from framework.sqlcheck import EXAMPLES, parse_schema
-from framework.storage import storage_for
 
 INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
@@ -145,33 +143,16 @@ class Ingested(Outcome):
     seconds: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class RecordBatches:
-    """What a feed of records' batches need (the writer factory of its query): the table,
-    the batches its checkpoint may replay, and the job's log context."""
-
-    table: Table
-    replayable: range
-    log_context: Mapping[str, Any]
-
-    def __call__(self, spark: SparkSession) -> RecordWriter:
-        return RecordWriter(self, spark)
-
-
 class RecordWriter:
     """Writes a batch of decoded records: the good ones to bronze, the malformed ones to the
     quarantine, one commit each, tagged with the query and batch (a batch replayed after a
     restart is counted, not written again)."""
 
-    def __init__(self, batches: RecordBatches, spark: SparkSession) -> None:
+    def __init__(self, batches: TableBatches, spark: SparkSession) -> None:
         self.table = batches.table
         self.spec = cast(StreamTableSpec, batches.table.spec)
         self.log_context = batches.log_context
-        self.commits = BatchCommits(spark)
-        self.commits.replayable = batches.replayable
-        env = batches.table.env
-        self.commits.writer_id = query_id(batches.table.checkpoint,
-                                          storage_for(env.root, env, spark))
+        self.commits = batch_commits(batches.table, batches.replayable, spark)
 
     def write(self, batch: DataFrame, batch_id: int) -> Ingested:
         log = get_logger(**self.log_context, batch_id=batch_id)
@@ -281,8 +262,8 @@ class StreamBronzeJob(StreamingJob):
         return decode(df, self.schema, self.spec, self.types)
 
     def write(self, df: DataFrame) -> DataStreamWriter:
-        return self.foreach_step(df, RecordBatches(self.table, self.replayable,
-                                                   self.log_context))
+        return self.foreach_step(df, TableBatches(RecordWriter, self.table, self.replayable,
+                                                  self.log_context))
 
     def fold(self, outcome: Outcome) -> None:
         assert isinstance(outcome, Ingested)

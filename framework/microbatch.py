@@ -31,13 +31,15 @@ import pickle
 import queue
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from framework.config.model import Environment
+from framework.checkpoint import query_id
+from framework.config.model import Environment, Table
+from framework.delta import BatchCommits
 from framework.errors import BatchFailedError, StorageError
 from framework.logging import LogFormat, configure_logging
 from framework.storage import Storage, storage_for
@@ -46,7 +48,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["OUTCOMES", "SESSION_RECORD", "BatchWriter", "Outcome", "Outcomes", "StepFunction",
-           "WriterFactory", "forget_session", "record_session", "stop_orphaned_query"]
+           "TableBatches", "WriterFactory", "batch_commits", "forget_session", "record_session",
+           "stop_orphaned_query"]
 
 OUTCOMES = "outcomes"  # the checkpoint's folder of batch outcomes
 
@@ -71,6 +74,31 @@ class BatchWriter(Protocol):
 # Makes a query's batch writer from a session, where the batches run: a small frozen,
 # picklable object (what the batches need, decided before the query starts).
 WriterFactory = Callable[["SparkSession"], BatchWriter]
+
+
+@dataclass(frozen=True)
+class TableBatches:
+    """The writer factory of a table whose batches need only the table, the batches its
+    checkpoint may replay, and the job's log context: makes ``writer(self, spark)``."""
+
+    writer: Callable[[TableBatches, SparkSession], BatchWriter]
+    table: Table
+    replayable: range
+    log_context: Mapping[str, Any]
+
+    def __call__(self, spark: SparkSession) -> BatchWriter:
+        return self.writer(self, spark)
+
+
+def batch_commits(table: Table, replayable: range, spark: SparkSession,
+                  writer_id: str | None = None) -> BatchCommits:
+    """The tagged appends of a writer of ``table``'s batches: as ``writer_id``, or as the
+    table's query (its id, from the checkpoint, written by Spark before the first batch)."""
+    commits = BatchCommits(spark)
+    commits.replayable = replayable
+    commits.writer_id = writer_id or query_id(
+        table.checkpoint, storage_for(table.env.root, table.env, spark))
+    return commits
 
 
 class Outcomes:

@@ -241,14 +241,6 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
     done: set[tuple[Layer, str]] = set()
     results: queue.Queue[tuple[Table, TableRunSummary]] = queue.Queue()
 
-    def work(table: Table) -> None:
-        try:
-            result = run_job(spark, table, ctx)
-        except BaseException as exc:  # (a job ends in a summary; anything else still ends it)
-            result = TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
-                                     error=f"{type(exc).__name__}: {first_line(exc)}")
-        results.put((table, result))
-
     def take(table: Table, result: TableRunSummary) -> None:
         key = (table.layer, table.name)
         running.pop(key, None)
@@ -257,17 +249,7 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
         end(table, result)
 
     with ctx.stop.forwarding():
-        while graph.is_active():
-            if ctx.stop.is_forced():
-                with contextlib.suppress(queue.Empty):
-                    while True:  # (what ended before)
-                        take(*results.get_nowait())
-                _interrupt(spark, list(running.values()), ctx, take)
-                for key in by_key:
-                    if key not in done:
-                        end(by_key[key], _skipped(by_key[key],
-                                                  f"a stop was requested ({ctx.stop.reason})"))
-                return
+        while graph.is_active() and not ctx.stop.is_forced():
             ready = sorted([*ready, *graph.get_ready()], key=order.__getitem__)
             for key in list(ready):  # (in flow order)
                 table = by_key[key]
@@ -280,11 +262,29 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
                     take(table, result)
                     continue
                 running[key] = table
-                threading.Thread(target=work, args=(table,), daemon=True,
+                threading.Thread(target=_work, args=(spark, table, ctx, results), daemon=True,
                                  name=f"job {table.full_name}").start()
             if running:
                 with contextlib.suppress(queue.Empty):
                     take(*results.get(timeout=1.0))
+        if ctx.stop.is_forced():
+            with contextlib.suppress(queue.Empty):
+                while True:  # (what ended before)
+                    take(*results.get_nowait())
+            _interrupt(spark, list(running.values()), ctx, take)
+            for key in [k for k in by_key if k not in done]:
+                end(by_key[key], _skipped(by_key[key], f"a stop was requested ({ctx.stop.reason})"))
+
+
+def _work(spark: SparkSession, table: Table, ctx: RunContext,
+          results: queue.Queue[tuple[Table, TableRunSummary]]) -> None:
+    """Run ``table``'s job on this thread, its summary put on ``results``."""
+    try:
+        result = run_job(spark, table, ctx)
+    except BaseException as exc:  # (a job ends in a summary; anything else still ends it)
+        result = TableRunSummary(table.full_name, table.layer.value, RunStatus.FAILED,
+                                 error=f"{type(exc).__name__}: {first_line(exc)}")
+    results.put((table, result))
 
 
 def _interrupt(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,

@@ -1,14 +1,14 @@
 """Silver's micro-batch: a pure step from the batch's rows to its :class:`Refined` outcome.
 
 Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`,
-made from :class:`SilverBatches` (the table and what the batches need, decided before the query
-starts) where the batches run: in the job's process, or on a Spark Connect server. It evaluates
-the expectations (``fail`` raises inside the batch's own computation, so no table of the batch
-commits), counts broken rows per rule, drops or quarantines them, and writes the good rows:
-appended (one commit per table, tagged with the query and batch: a batch replayed after a crash
-appends only where its commit is missing), merged by key (upsert), applied as changes through
-the change log (:mod:`silver.changes`), or written into the batch's partition of a
-Hive-bucketed parquet table.
+made from a :class:`~framework.microbatch.TableBatches` (the table and what the batches need,
+decided before the query starts) where the batches run: in the job's process, or on a Spark
+Connect server. It evaluates the expectations (``fail`` raises inside the batch's own
+computation, so no table of the batch commits), counts broken rows per rule, drops or
+quarantines them, and writes the good rows: appended (one commit per table, tagged with the
+query and batch: a batch replayed after a crash appends only where its commit is missing),
+merged by key (upsert), applied as changes through the change log (:mod:`silver.changes`), or
+written into the batch's partition of a Hive-bucketed parquet table.
 """
 
 from __future__ import annotations
@@ -29,15 +29,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.checkpoint import query_id
 from framework.config.model import Table
-from framework.delta import BatchCommits, merge
+from framework.delta import merge
 from framework.errors import BatchFailedError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
-from framework.microbatch import Outcome
-from framework.storage import storage_for
+from framework.microbatch import Outcome, TableBatches, batch_commits
 from silver.changes import ChangeApplier
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import Action, Expectation, SilverTableSpec, TableFormat, WriteMode
@@ -105,23 +103,10 @@ class Refined(Outcome):
     rows_at_risk: int = 0
 
 
-@dataclass(frozen=True)
-class SilverBatches:
-    """What a silver table's batches need (the writer factory of its query): the table, the
-    batches its checkpoint may replay, and the job's log context."""
-
-    table: Table
-    replayable: range
-    log_context: Mapping[str, Any]
-
-    def __call__(self, spark: SparkSession) -> BatchWriter:
-        return BatchWriter(self, spark)
-
-
 class BatchWriter:
     """Writes the micro-batches of one query run (see the module's text)."""
 
-    def __init__(self, batches: SilverBatches, spark: SparkSession) -> None:
+    def __init__(self, batches: TableBatches, spark: SparkSession) -> None:
         self.table = batches.table
         self.spec = cast(SilverTableSpec, batches.table.spec)
         self.log_context = batches.log_context
@@ -130,11 +115,7 @@ class BatchWriter:
         self.quarantines = quarantines(self.spec)
         self.applier = change_applier(batches.table)
         self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
-        self.commits = BatchCommits(spark)
-        self.commits.replayable = batches.replayable
-        env = batches.table.env
-        self.commits.writer_id = query_id(batches.table.checkpoint,
-                                          storage_for(env.root, env, spark))
+        self.commits = batch_commits(batches.table, batches.replayable, spark)
 
     def write(self, batch: DataFrame, batch_id: int) -> Refined:
         try:

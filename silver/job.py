@@ -49,15 +49,15 @@ from framework.errors import ConfigError, JobError, TableModeError
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
-from framework.microbatch import Outcome
+from framework.microbatch import Outcome, TableBatches
 from framework.sqlcheck import analysis_problem
 from framework.staleness import record as record_spec
 from silver.batch import (
     BATCH_ID,
     CAST_ERRORS,
     QUARANTINE_SCHEMA,
+    BatchWriter,
     Refined,
-    SilverBatches,
     batch_rules,
     change_applier,
     quarantines,
@@ -235,8 +235,8 @@ class SilverJob(StreamingJob):
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)
-        return self.foreach_step(df, SilverBatches(self.table, self.replayable,
-                                                   self.log_context))
+        return self.foreach_step(df, TableBatches(BatchWriter, self.table, self.replayable,
+                                                  self.log_context))
 
     def fold(self, outcome: Outcome) -> None:
         assert isinstance(outcome, Refined)

@@ -122,9 +122,9 @@ def test_what_travels_to_the_server_is_each_layers_small_description_of_its_batc
 
     from bronze.job import BronzeJob
     from framework.job import RunContext
-    from framework.microbatch import Outcomes, StepFunction
+    from framework.microbatch import Outcomes, StepFunction, TableBatches
     from gold.job import WindowMerge
-    from silver.batch import SilverBatches
+    from silver.batch import BatchWriter
     from silver.job import SilverJob
 
     lakehouse.add_table("bronze", "orders", bronze_spec())
@@ -135,7 +135,7 @@ def test_what_travels_to_the_server_is_each_layers_small_description_of_its_batc
     bronze.prepare()
     silver = SilverJob(spark, project.table("orders", Layer.SILVER), RunContext())
     factories = [bronze.file_batches(),
-                 SilverBatches(silver.table, range(2, 3), silver.log_context),
+                 TableBatches(BatchWriter, silver.table, range(2, 3), silver.log_context),
                  WindowMerge("/tmp/gold", ("k",), {"layer": "gold"})]
     for make in factories:
         outcomes = Outcomes(str(lakehouse.path("checkpoint")), project.env, remote=True)
