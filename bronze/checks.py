@@ -33,7 +33,7 @@ from bronze.batch import INTERNAL, SOURCE_FILE, with_file_columns
 from bronze.reading import NOT_UTF8, FeedReader, literal
 from bronze.spec import ledger_path
 from framework.errors import StorageError, first_line
-from framework.jvm import condition_of, error_chain
+from framework.jvm import Cause, error_chain
 from framework.storage import FileInfo, Storage, from_uri
 
 READ_FAULT = "FAILED_READ_FILE"
@@ -121,14 +121,11 @@ def failing_file(spark: SparkSession, error: BaseException) -> tuple[str, str] |
     """The file Spark's ``error`` names, with the reason (the root cause's first line); None
     when it names none."""
     chain = error_chain(error) or _python_chain(error)
-    for t in chain:
-        condition = condition_of(t) if not isinstance(t, BaseException) else \
-            str(t.getCondition() or "")  # type: ignore[attr-defined]
-        if condition.startswith(READ_FAULT):
-            path = str(t.getMessageParameters().get("path"))
-            return path, _describe(chain[-1])
-        if condition == USER_RAISED:
-            message = str(t.getMessageParameters().get("errorMessage") or "")
+    for cause in chain:
+        if cause.condition.startswith(READ_FAULT):
+            return str(cause.parameters.get("path")), chain[-1].summary
+        if cause.condition == USER_RAISED:
+            message = cause.parameters.get("errorMessage") or ""
             if message.startswith(NOT_UTF8):
                 return message[len(NOT_UTF8):], "not UTF-8 text (another encoding?)"
     return None
@@ -211,33 +208,27 @@ def rows_per_file(df: DataFrame, column: str) -> dict[str, int]:
 CAUSED_BY = "Caused by: "
 
 
-def _python_chain(error: BaseException) -> list[Any]:
-    """The Spark errors of a Spark Connect error and its causes, outermost first (each has
-    ``getCondition`` and ``getMessageParameters``, as a JVM throwable has)."""
-    chain: list[Any] = []
-    current: BaseException | None = error
+def _python_chain(error: BaseException) -> list[Cause]:
+    """The Spark errors of a Spark Connect error and its causes, outermost first."""
+    chain: list[Cause] = []
+    current: Any = error
     while current is not None and len(chain) < 20:
         if hasattr(current, "getCondition"):
-            chain.append(current)
+            chain.append(Cause(str(current.getCondition() or ""),
+                               dict(current.getMessageParameters() or {}), _describe(current)))
         current = current.__cause__ or getattr(current, "_cause", None)
     return chain
 
 
-def _describe(throwable: Any) -> str:
-    if isinstance(throwable, BaseException):
-        # A Spark Connect error carries the server's stack, its causes as "Caused by:" lines:
-        # the root cause is the last, as the JVM chain's last throwable is on a classic session
-        trace = throwable.getStackTrace() if hasattr(throwable, "getStackTrace") else None
-        causes = [line.removeprefix(CAUSED_BY) for line in str(trace or "").splitlines()
-                  if line.startswith(CAUSED_BY)]
-        if causes:
-            kind, _, text = causes[-1].partition(": ")
-            kind = kind.rsplit(".", 1)[-1]
-            return f"{kind}: {text.strip().splitlines()[0]}" if text.strip() else kind
-        message = str(getattr(throwable, "_message", None) or throwable).strip().splitlines()
-        return f"{type(throwable).__name__}: {message[0]}" if message else \
-            type(throwable).__name__
-    name = str(throwable.getClass().getName()).rsplit(".", 1)[-1]
-    message = str(throwable.getMessage() or "").strip().splitlines()
-    return f"{name}: {message[0]}" if message else name
-
+def _describe(error: Any) -> str:
+    # A Spark Connect error carries the server's stack, its causes as "Caused by:" lines: the
+    # root cause is the last, as the JVM chain's last throwable is on a classic session
+    trace = error.getStackTrace() if hasattr(error, "getStackTrace") else None
+    causes = [line.removeprefix(CAUSED_BY) for line in str(trace or "").splitlines()
+              if line.startswith(CAUSED_BY)]
+    if causes:
+        kind, _, text = causes[-1].partition(": ")
+        kind = kind.rsplit(".", 1)[-1]
+        return f"{kind}: {text.strip().splitlines()[0]}" if text.strip() else kind
+    message = str(getattr(error, "_message", None) or error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

@@ -5,41 +5,52 @@ A classic session (``local``, ``submit``, a Databricks cluster in dedicated acce
 the driver's JVM in this process's reach; a Spark Connect session (``runtime: connect``,
 Databricks serverless and standard access mode) talks to a server over gRPC, and
 ``sparkContext``, ``_jvm``, ``_jsc``, ``_jdf`` and ``_jsparkSession`` fail there
-(``JVM_ATTRIBUTE_NOT_SUPPORTED``). Every such attribute is read in this module only
-(``tests/test_architecture.py`` fails on one anywhere else in the product), each with its
-alternative on Connect:
+(``JVM_ATTRIBUTE_NOT_SUPPORTED``). Every such attribute is read in this module only, and every
+Java method is called here: what this module gives out is Python values (strings, numbers,
+dataclasses, bytes), never a Py4J object another module could call Java on
+(``tests/test_architecture.py`` checks both). Each use, with its alternative on Connect:
 
 ============================  =====================================  =========================
 what                           classic session                        Spark Connect
 ============================  =====================================  =========================
-file operations                Hadoop ``FileSystem`` (any scheme)     the local disk or the
-                                                                      ADLS SDK; other schemes
+file operations                Hadoop ``FileSystem`` (any scheme:     the local disk or the
+                               :class:`HadoopFileSystem`)             ADLS SDK; other schemes
                                                                       refused by ``validate``
 Spark's log level              ``SparkContext.setLogLevel``           the server's setting
 the driver JVM's stderr        :func:`launch_driver` filters it       the server's log file
 a class on the classpath       ``Class.forName``                      the server's concern
 the listener's session         the JVM session                        the session id
 pruning evidence               the executed plan's scan nodes         ``DataFrame.executionInfo``
+                               (:func:`executed_scans`)
 the optimizer's size estimate  the optimized plan's statistics        ``EXPLAIN COST``
+a failed read's file           the JVM's chain of causes              the error's own causes
+                               (:func:`error_chain`)
 ``medallion serve``            Spark's Thrift server in the driver    refused (exit 2)
-progress reports               read from their JSON (the listener's   the client's listener
-                               bridge, :func:`listener_bridge`)       bus, from the same JSON
+progress reports               read from their JSON                   the client's listener
+                               (:class:`JsonProgressListener`)        bus, from the same JSON
 ============================  =====================================  =========================
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
-from collections.abc import Mapping
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
-from framework.errors import SessionError, UsageError, first_line
+from framework.errors import SessionError, StorageError, UsageError, first_line
+from framework.storage.base import FileInfo, scheme_of
+
+T = TypeVar("T")
 
 
 def is_connect(spark: Any) -> bool:
@@ -56,11 +67,6 @@ def require_classic(spark: SparkSession, what: str) -> None:
                          "local or submit, or on a cluster in dedicated access mode)")
 
 
-def gateway(spark: SparkSession) -> Any:
-    """The driver JVM's Py4J view (classic sessions only)."""
-    return spark._jvm
-
-
 class _ProgressFromJson(JStreamingQueryListener):
     """pyspark's bridge from a classic driver's listener bus, each progress report read from
     its JSON: one call into the JVM, where pyspark's reads it field by field, tens of calls,
@@ -73,18 +79,19 @@ class _ProgressFromJson(JStreamingQueryListener):
         self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
 
 
-def listener_bridge(listener: Any) -> Any:
-    """The JVM side of a Python streaming query listener in a classic driver: pyspark's
-    wrapper, around :class:`_ProgressFromJson`."""
-    from pyspark import SparkContext
+class JsonProgressListener(StreamingQueryListener):
+    """A streaming query listener whose JVM side in a classic driver is pyspark's wrapper
+    around :class:`_ProgressFromJson` (a Connect client's listener bus reads the JSON too)."""
 
-    jvm: Any = SparkContext._jvm
-    return jvm.PythonStreamingQueryListenerWrapper(_ProgressFromJson(listener))
+    @property
+    def _jlistener(self) -> Any:
+        # pyspark's StreamingQueryManager reads it to add and remove the listener, nobody else
+        if not hasattr(self, "_jlistenerobj"):
+            from pyspark import SparkContext
 
-
-def hadoop_configuration(spark: SparkSession) -> Any:
-    """The session's Hadoop configuration (classic sessions only)."""
-    return spark._jsc.hadoopConfiguration()
+            jvm: Any = SparkContext._jvm
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_ProgressFromJson(self))
+        return self._jlistenerobj
 
 
 def session_key(spark: SparkSession) -> str:
@@ -182,11 +189,6 @@ def hadoop_version(spark: SparkSession) -> str:
     return str(jvm.org.apache.hadoop.util.VersionInfo.getVersion())
 
 
-def query_execution(df: DataFrame) -> Any:
-    """The JVM ``QueryExecution`` of a classic DataFrame."""
-    return df._jdf.queryExecution()
-
-
 def size_estimate(spark: SparkSession, table: str) -> int:
     """The size in bytes the optimizer estimates for ``table`` (what it compares with the
     broadcast threshold)."""
@@ -200,7 +202,7 @@ def size_estimate(spark: SparkSession, table: str) -> int:
             raise SessionError(f"expected the optimizer's size of {table} in EXPLAIN COST, "
                                f"found none in {text[:200]!r}")
         return _bytes(float(found.group(1)), found.group(2))
-    plan = query_execution(spark.table(table)).optimizedPlan()
+    plan = spark.table(table)._jdf.queryExecution().optimizedPlan()
     return int(str(plan.stats().sizeInBytes()))
 
 
@@ -212,43 +214,251 @@ def _bytes(value: float, unit: str) -> int:
     return int(value * _UNITS.get(unit, 1))
 
 
-def start_thrift_server(spark: SparkSession) -> Any:
-    """Spark's Thrift JDBC/ODBC server in the classic driver, on the session's catalog."""
+@dataclass(frozen=True)
+class FileScan:
+    """A file scan of an executed plan: its table (its root path when read by path), its
+    partition filters, the partitions and files it read (its SQL metrics ``numPartitions``
+    and ``numFiles``: None when it reports none) and its table's partitions (None: not
+    partitioned) and files, listed without filters."""
+
+    table: str
+    partition_filters: str
+    partitions_read: int | None
+    partitions_total: int | None
+    files_read: int | None
+    files_total: int
+
+
+_STAGES = ("ShuffleQueryStageExec", "BroadcastQueryStageExec", "TableCacheQueryStageExec",
+           "ResultQueryStageExec")
+
+
+def executed_scans(df: DataFrame, run: bool) -> tuple[str, list[FileScan]]:
+    """A classic DataFrame's executed physical plan, one line per operator (through adaptive
+    stages and reused exchanges), and its file scans; ``run`` runs the plan first (its rows
+    stay on the executors), else its scans' metrics are those of the last action on it."""
+    execution = df._jdf.queryExecution()
+    if run:
+        execution.executedPlan().execute().count()
+    nodes = list(_nodes(execution.executedPlan()))
+    scans = [_file_scan(df.sparkSession, node) for node in nodes
+             if node.getClass().getSimpleName() == "FileSourceScanExec"]
+    return "\n".join(str(node.simpleString(1000)) for node in nodes), scans
+
+
+def _nodes(plan: Any) -> Iterator[Any]:
+    """Every physical operator of ``plan``, through adaptive stages and reused exchanges."""
+    kind = plan.getClass().getSimpleName()
+    if kind == "AdaptiveSparkPlanExec":
+        yield from _nodes(plan.executedPlan())
+        return
+    if kind in _STAGES:
+        yield from _nodes(plan.plan())
+        return
+    if kind == "ReusedExchangeExec":
+        yield from _nodes(plan.child())
+        return
+    yield plan
+    children = plan.children()
+    for i in range(children.size()):
+        yield from _nodes(children.apply(i))
+
+
+def _file_scan(spark: SparkSession, scan: Any) -> FileScan:
+    relation = scan.relation()
+    ident = scan.tableIdentifier()
+    table = str(ident.get().unquotedString()) if ident.isDefined() else \
+        str(relation.location().rootPaths().apply(0).toString())
+    partitioned = relation.partitionSchema().size() > 0
+    jvm: Any = spark._jvm
+    empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
+    directories = relation.location().listFiles(empty, empty)
+    filters = scan.partitionFilters()
+
+    def metric(name: str) -> int | None:
+        found = scan.metrics().get(name)
+        return int(found.get().value()) if found.isDefined() else None
+
+    return FileScan(
+        table=table,
+        partition_filters="\n".join(str(filters.apply(i).toString())
+                                     for i in range(filters.size())),
+        partitions_read=metric("numPartitions") if partitioned else None,
+        partitions_total=directories.size() if partitioned else None,
+        files_read=metric("numFiles"),
+        files_total=sum(directories.apply(i).files().size() for i in range(directories.size())),
+    )
+
+
+@contextlib.contextmanager
+def thrift_server(spark: SparkSession) -> Iterator[None]:
+    """Spark's Thrift JDBC/ODBC server in the classic driver, on the session's catalog, from
+    the start of the block to its end."""
     require_classic(spark, "medallion serve")
     jvm: Any = spark._jvm
-    return jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
+    try:
+        yield
+    finally:
+        server.stop()
 
 
-def error_chain(error: BaseException) -> list[Any]:
+@dataclass(frozen=True)
+class Cause:
+    """One error of a chain of causes: its error condition (``FAILED_READ_FILE.NO_HINT``; ""
+    for one that is not Spark's), the condition's parameters, and ``Kind: first line of the
+    message``."""
+
+    condition: str
+    parameters: dict[str, str]
+    summary: str
+
+
+def error_chain(error: BaseException) -> list[Cause]:
     """The JVM throwables of a classic Spark error, outermost first; none for another."""
+    from py4j.protocol import Py4JError
+
     throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    chain: list[Any] = []
+    chain: list[Cause] = []
     while throwable is not None and len(chain) < 20:
-        chain.append(throwable)
+        try:
+            condition = str(throwable.getCondition() or "")
+        except Py4JError:  # not a SparkThrowable
+            condition = ""
+        parameters = throwable.getMessageParameters() if condition else {}
+        chain.append(Cause(condition, {str(k): str(v) for k, v in parameters.items()},
+                           _summary(throwable)))
         throwable = throwable.getCause()
     return chain
 
 
-def condition_of(throwable: Any) -> str:
-    """The error condition of a JVM throwable (``FAILED_READ_FILE.NO_HINT``); "" for one
-    that is not a ``SparkThrowable``."""
-    from py4j.protocol import Py4JError
-
-    try:
-        return str(throwable.getCondition() or "")
-    except Py4JError:
-        return ""
+def _summary(throwable: Any) -> str:
+    """``Kind: first line of the message`` of a JVM throwable."""
+    kind = str(throwable.getClass().getName()).rsplit(".", 1)[-1]
+    message = str(throwable.getMessage() or "").strip().splitlines()
+    return f"{kind}: {message[0]}" if message else kind
 
 
-def java_error(error: BaseException) -> str | None:
-    """``Kind: first line of the message`` of a Java exception raised through Py4J; None for
-    another error."""
-    from py4j.protocol import Py4JJavaError
+class HadoopFileSystem:
+    """The file operations of a classic session's Hadoop ``FileSystem`` for any path, named by
+    their paths, with Python values for results. Each path's file system is the one Hadoop
+    resolves for its scheme and authority, a local one without its checksum layer (it would
+    add a ``.crc`` file beside each file written); a Java error is a :class:`StorageError`
+    naming the operation and the path (the first line of the JVM's message, never its
+    stack)."""
 
-    if not isinstance(error, Py4JJavaError):
-        return None
-    thrown = error.java_exception
-    kind = str(thrown.getClass().getSimpleName())
-    message = str(thrown.getMessage() or "").splitlines()[0] if thrown.getMessage() else ""
-    return f"{kind}: {message}"
+    def __init__(self, spark: SparkSession) -> None:
+        require_classic(spark, "the session's Hadoop file systems")
+        jvm: Any = spark._jvm
+        self._java, self._conf = jvm, spark._jsc.hadoopConfiguration()
+        self._checksummed = jvm.java.lang.Class.forName("org.apache.hadoop.fs.ChecksumFileSystem")
+        self._file_systems: dict[tuple[str, str], Any] = {}
+
+    def exists(self, path: str) -> bool:
+        fs, p = self._resolve(path)
+        return bool(self._call("check", path, lambda: fs.exists(p)))
+
+    def is_folder(self, path: str) -> bool:
+        fs, p = self._resolve(path)
+        return bool(self._call("check", path,
+                               lambda: fs.exists(p) and fs.getFileStatus(p).isDirectory()))
+
+    def stat(self, path: str) -> FileInfo:
+        fs, p = self._resolve(path)
+        status = self._call("stat", path, lambda: fs.getFileStatus(p))
+        return FileInfo(path, int(status.getLen()), int(status.getModificationTime()))
+
+    def list_files(self, path: str) -> Iterator[FileInfo]:
+        """Every file under the folder ``path``, recursively, named as the caller spells
+        ``path`` plus the part below it."""
+        fs, p = self._resolve(path)
+        found = self._call("list", path, lambda: fs.listFiles(p, True))
+        base = path.rstrip("/")
+        root = str(fs.makeQualified(p).toString()).rstrip("/")
+        while self._call("list", path, found.hasNext):
+            status = found.next()
+            full = str(status.getPath().toString())
+            shown = base + full[len(root):] if full.startswith(root) else full
+            yield FileInfo(shown, int(status.getLen()), int(status.getModificationTime()))
+
+    def read(self, path: str, size: int | None = None) -> bytes:
+        """The file's bytes; its first ``size`` bytes at most, when given."""
+        fs, p = self._resolve(path)
+
+        def read() -> bytes:
+            stream = fs.open(p)
+            try:
+                return bytes(stream.readAllBytes() if size is None else stream.readNBytes(size))
+            finally:
+                stream.close()
+
+        return self._call("read", path, read)
+
+    def write(self, path: str, data: bytes, *, overwrite: bool) -> bool:
+        """Write the file at ``path``; without ``overwrite`` only if there is none, in one step
+        (atomic on HDFS's name node): whether it was written."""
+        fs, p = self._resolve(path)
+
+        def write() -> bool:
+            try:
+                out = fs.create(p, overwrite)
+            except Exception as exc:
+                if not overwrite and ("FileAlreadyExists" in str(exc) or fs.exists(p)):
+                    return False
+                raise
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            return True
+
+        return bool(self._call("write", path, write))
+
+    def copy_from_local(self, local_file: str, path: str) -> None:
+        fs, p = self._resolve(path)
+        # through java.io.File: an absolute file: URI, whatever the name holds
+        local = self._java.org.apache.hadoop.fs.Path(
+            self._java.java.io.File(os.path.abspath(local_file)).toURI())
+        self._call("upload", path, lambda: fs.copyFromLocalFile(False, True, local, p))
+
+    def rename(self, src: str, dst: str) -> bool:
+        """Rename ``src`` to ``dst``: whether the file system did."""
+        fs, s = self._resolve(src)
+        _, d = self._resolve(dst)
+        return bool(self._call("move", src, lambda: fs.rename(s, d)))
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        fs, p = self._resolve(path)
+        self._call("delete", path, lambda: fs.delete(p, recursive))
+
+    def mkdirs(self, path: str) -> None:
+        fs, p = self._resolve(path)
+        self._call("create directory", path, lambda: fs.mkdirs(p))
+
+    def set_time(self, path: str, modified_ms: int) -> None:
+        fs, p = self._resolve(path)
+        self._call("set the time of", path, lambda: fs.setTimes(p, modified_ms, -1))
+
+    def _resolve(self, path: str) -> tuple[Any, Any]:
+        """The file system of ``path`` and its Hadoop path. File systems are kept per scheme
+        and authority: each call through Py4J costs about a millisecond."""
+        p = self._java.org.apache.hadoop.fs.Path(path)
+        key = (scheme_of(path), urlparse(path).netloc)
+        fs = self._file_systems.get(key)
+        if fs is None:
+            fs = self._call("resolve", path, lambda: p.getFileSystem(self._conf))
+            if self._checksummed.isInstance(fs):
+                fs = fs.getRawFileSystem()
+            self._file_systems[key] = fs
+        return fs, p
+
+    @staticmethod
+    def _call(what: str, path: str, fn: Callable[[], T]) -> T:
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            return fn()
+        except Py4JJavaError as exc:
+            raise StorageError(f"cannot {what} {path}: {_summary(exc.java_exception)}"[:500]) \
+                from None

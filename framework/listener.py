@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -24,7 +23,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from framework.jvm import listener_bridge, session_key
+from framework.jvm import JsonProgressListener, session_key
 from framework.logging import get_logger
 
 
@@ -113,7 +112,7 @@ def _finite(value: Any) -> float:
     return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JsonProgressListener):
     """Turns each query progress into one event and keeps it for the job's summary."""
 
     _installed: dict[str, ProgressListener] = {}
@@ -129,15 +128,6 @@ class ProgressListener(StreamingQueryListener):
         self._watchers: list[Callable[[str | None, BatchProgress, int], None]] = []
         self._rows: dict[str, Callable[[BatchProgress], int]] = {}  # query name -> counter
         self._hooks: dict[str, Callable[[BatchProgress], None]] = {}  # query name -> on batch
-
-    @property
-    def _jlistener(self) -> Any:
-        """The JVM side of the listener in a classic driver (where pyspark's own reads each
-        progress report field by field: :func:`framework.jvm.listener_bridge`); a Connect
-        client has none."""
-        if not hasattr(self, "_jlistenerobj"):
-            self._jlistenerobj = listener_bridge(self)
-        return self._jlistenerobj
 
     @classmethod
     def install(cls, spark: SparkSession) -> ProgressListener:

@@ -17,18 +17,14 @@ each file scan, and reports:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from framework.errors import ScanNotFoundError
-from framework.jvm import gateway, is_connect, query_execution
+from framework.jvm import executed_scans, is_connect
 from framework.text import render_table
-
-_STAGES = ("ShuffleQueryStageExec", "BroadcastQueryStageExec", "TableCacheQueryStageExec",
-           "ResultQueryStageExec")
 
 
 @dataclass(frozen=True)
@@ -93,63 +89,11 @@ def explain_pruning(spark: SparkSession, query: DataFrame | str,
     df = spark.sql(query) if isinstance(query, str) else query
     if is_connect(df):
         return _connect_evidence(spark, df, run)
-    execution = query_execution(df)
-    if run:
-        execution.executedPlan().execute().count()  # run it; the rows stay on the executors
-    root = execution.executedPlan()
-    scans = tuple(_evidence(spark, node) for node in _nodes(root)
-                  if node.getClass().getSimpleName() == "FileSourceScanExec")
-    text = _plan_text(root)
+    text, found = executed_scans(df, run)
+    scans = tuple(ScanEvidence(s.table, "dynamicpruning" in s.partition_filters.lower(),
+                               s.partitions_read, s.partitions_total, s.files_read or 0,
+                               s.files_total) for s in found)
     return PruningEvidence("dynamicpruningexpression" in text.lower(), scans, text)
-
-
-def _nodes(plan: Any) -> Iterator[Any]:
-    """Every physical operator of ``plan``, through adaptive stages and reused exchanges."""
-    kind = plan.getClass().getSimpleName()
-    if kind == "AdaptiveSparkPlanExec":
-        yield from _nodes(plan.executedPlan())
-        return
-    if kind in _STAGES:
-        yield from _nodes(plan.plan())
-        return
-    if kind == "ReusedExchangeExec":
-        yield from _nodes(plan.child())
-        return
-    yield plan
-    children = plan.children()
-    for i in range(children.size()):
-        yield from _nodes(children.apply(i))
-
-
-def _plan_text(root: Any) -> str:
-    return "\n".join(str(node.simpleString(1000)) for node in _nodes(root))
-
-
-def _metric(node: Any, name: str) -> int | None:
-    found = node.metrics().get(name)
-    return int(found.get().value()) if found.isDefined() else None
-
-
-def _evidence(spark: SparkSession, scan: Any) -> ScanEvidence:
-    relation = scan.relation()
-    ident = scan.tableIdentifier()
-    table = str(ident.get().unquotedString()) if ident.isDefined() else \
-        str(relation.location().rootPaths().apply(0).toString())
-    partitioned = relation.partitionSchema().size() > 0
-    jvm = gateway(spark)
-    empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
-    directories = relation.location().listFiles(empty, empty)
-    files_total = sum(directories.apply(i).files().size() for i in range(directories.size()))
-    dynamic = any("dynamicpruning" in str(f.toString()).lower()
-                  for f in _seq(scan.partitionFilters()))
-    return ScanEvidence(
-        table=table,
-        dynamic_pruning=dynamic,
-        partitions_read=_metric(scan, "numPartitions") if partitioned else None,
-        partitions_total=directories.size() if partitioned else None,
-        files_read=_metric(scan, "numFiles") or 0,
-        files_total=files_total,
-    )
 
 
 def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningEvidence:
@@ -224,10 +168,6 @@ def _table_totals(spark: SparkSession, table: str) -> tuple[int | None, int | No
         partitions = int(spark.sql(f"SELECT count(*) FROM (SELECT DISTINCT {names} FROM "
                                    f"{quote_name(table)})").collect()[0][0])
     return partitions, int(detail["numFiles"])
-
-
-def _seq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
 
 
 def _matches(name: str, wanted: str) -> bool:

@@ -15,6 +15,7 @@ connect``) it is refused (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -27,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from framework.config.model import ProjectConfig, Runtime
 from framework.errors import UsageError
-from framework.jvm import start_thrift_server
+from framework.jvm import thrift_server
 from framework.logging import get_logger
 from framework.served import AUTHENTICATION, UNAUTHENTICATED, authentication
 
@@ -71,14 +72,14 @@ class ThriftServer:
     spark: SparkSession
     host: str
     port: int
-    handle: Any
+    running: contextlib.ExitStack  # closed, it stops the server
 
     @property
     def url(self) -> str:
         return f"jdbc:hive2://{self.host}:{self.port}/default"
 
     def stop(self) -> None:
-        self.handle.stop()
+        self.running.close()
         get_logger(host=self.host, port=self.port).info("serve.stopped")
 
 
@@ -145,19 +146,19 @@ def start(spark: SparkSession, host: str, port: int, mode: str,
     """Start the server in ``spark``'s driver, whose JVM was started with the address in
     ``HIVE_SERVER2_THRIFT_PORT`` and ``..._BIND_HOST``, and wait until it accepts
     connections on ``host:port``."""
-    server = start_thrift_server(spark)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=1):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise UsageError(f"expected the server listening on {host}:{port} within "
-                                 f"{timeout:.0f} s, found nothing there") from None
-            time.sleep(0.2)
-    running = ThriftServer(spark, host, port, server)
-    get_logger(host=host, port=port).info("serve.started", url=running.url,
+    with contextlib.ExitStack() as running:
+        running.enter_context(thrift_server(spark))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:  # (leaving the block stops the server)
+                    raise UsageError(f"expected the server listening on {host}:{port} within "
+                                     f"{timeout:.0f} s, found nothing there") from None
+                time.sleep(0.2)
+        server = ThriftServer(spark, host, port, running.pop_all())
+    get_logger(host=host, port=port).info("serve.started", url=server.url,
                                           authentication=mode)
-    return running
+    return server

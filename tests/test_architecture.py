@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from pyspark.sql import SparkSession
 
 from framework.commands import Commands, common_options
 from framework.config.model import Layer
@@ -144,9 +148,8 @@ def test_gold_kinds_are_separate_models_each_with_its_job() -> None:
 
 
 JVM_ATTRIBUTES = ("_jvm", "_jsc", "_jdf", "_jsparkSession", "sparkContext", "_gateway")
-# The one capability that reaches into Spark's JVM (Py4J), and the Hadoop file system store,
-# which it hands its Py4J view to (both classic sessions only; framework.jvm says how Spark
-# Connect does without).
+# The one capability that reaches into Spark's JVM (Py4J), classic sessions only
+# (framework.jvm says how Spark Connect does without).
 JVM_MODULES = ("framework.jvm",)
 
 
@@ -176,6 +179,96 @@ def test_only_the_jvm_capability_reaches_into_the_jvm() -> None:
     assert outside == set(), "JVM access outside framework.jvm: " + ", ".join(sorted(outside))
     inside = _jvm_uses(ast.parse((REPO / "framework" / "jvm.py").read_text(encoding="utf-8")))
     assert inside, "expected framework.jvm to hold the JVM's uses, found none (check the scan)"
+
+
+# What an annotation may not name: a Py4J object's type, or a type that lets one through.
+NOT_PYTHON_VALUES = ("Any", "object", "JavaObject", "JavaMember", "JavaClass", "JavaGateway",
+                     "JVMView", "JavaMap", "JavaList")
+
+
+def _jvm_interface() -> dict[str, str]:
+    """What ``framework.jvm`` gives out: each public function and public method of a public
+    class, with its return annotation, and each field of a public class, with its type.
+    (``JsonProgressListener._jlistener`` is pyspark's to read when it adds the listener.)"""
+    found = {}
+    for node in ast.parse((REPO / "framework" / "jvm.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            found[node.name] = ast.unparse(node.returns) if node.returns else ""
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+                    found[f"{node.name}.{item.name}"] = \
+                        ast.unparse(item.returns) if item.returns else ""
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    found[f"{node.name}.{item.target.id}"] = ast.unparse(item.annotation)
+    return found
+
+
+def test_the_jvm_capability_gives_out_python_values_only() -> None:
+    """No other module can call Java: what ``framework.jvm`` returns is typed, and its types
+    are Python's (no ``Any`` a Py4J object could hide behind)."""
+    interface = _jvm_interface()
+    assert len(interface) > 10, "expected framework.jvm's functions, found few (check the scan)"
+    loose = {name: annotation or "(none)" for name, annotation in interface.items()
+             if not annotation or set(re.findall(r"\w+", annotation)) & set(NOT_PYTHON_VALUES)}
+    assert loose == {}, "expected Python types from framework.jvm, found these annotations"
+
+
+def _py4j_objects(value: Any) -> list[str]:
+    """The types of the Py4J objects in ``value``, through containers and dataclasses."""
+    if type(value).__module__.startswith("py4j"):
+        return [type(value).__name__]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, dict):
+        value = [*value, *value.values()]
+    elif not isinstance(value, list | tuple | set):
+        return []
+    return [found for item in value for found in _py4j_objects(item)]
+
+
+def test_the_jvm_capability_returns_no_py4j_object_on_a_classic_session(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from framework import jvm
+
+    table, folder = f"file://{tmp_path}/table", f"file://{tmp_path}/files"
+    spark.range(5).selectExpr("id", "id % 2 AS part").write.partitionBy("part").parquet(table)
+    spark.read.parquet(table).createOrReplaceTempView("architecture_scan")
+    with pytest.raises(Exception, match="found") as error:
+        spark.sql("SELECT raise_error('found')").collect()
+    files = jvm.HadoopFileSystem(spark)
+    (tmp_path / "local.txt").write_bytes(b"local")
+    got: dict[str, Any] = {
+        "is_connect": jvm.is_connect(spark),
+        "session_key": jvm.session_key(spark),
+        "configured_jars": jvm.configured_jars(spark),
+        "has_class": jvm.has_class(spark, "java.lang.String"),
+        "hadoop_version": jvm.hadoop_version(spark),
+        "size_estimate": jvm.size_estimate(spark, "architecture_scan"),
+        "executed_scans": jvm.executed_scans(spark.table("architecture_scan"), True),
+        "error_chain": jvm.error_chain(error.value),
+        "HadoopFileSystem.mkdirs": files.mkdirs(folder),
+        "HadoopFileSystem.write": files.write(f"{folder}/a", b"a", overwrite=False),
+        "HadoopFileSystem.copy_from_local": files.copy_from_local(str(tmp_path / "local.txt"),
+                                                                  f"{folder}/b"),
+        "HadoopFileSystem.set_time": files.set_time(f"{folder}/b", 1000),
+        "HadoopFileSystem.rename": files.rename(f"{folder}/b", f"{folder}/c"),
+        "HadoopFileSystem.exists": files.exists(f"{folder}/a"),
+        "HadoopFileSystem.is_folder": files.is_folder(folder),
+        "HadoopFileSystem.stat": files.stat(f"{folder}/c"),
+        "HadoopFileSystem.read": files.read(f"{folder}/c"),
+        "HadoopFileSystem.list_files": list(files.list_files(table)),
+        "HadoopFileSystem.delete": files.delete(folder, recursive=True),
+    }
+    assert got["error_chain"][0].parameters == {"errorMessage": "found"}  # (the chain is read)
+    assert len(got["executed_scans"][1]) == 1 and got["HadoopFileSystem.list_files"]
+    assert {name: found for name, value in got.items() if (found := _py4j_objects(value))} == {}
+    # every function is called here but those that return nothing or start the driver or the
+    # Thrift server (the annotations' check covers them)
+    kept = {"require_classic", "set_log_level", "launch_driver", "thrift_server"}
+    assert {n for n in _jvm_interface() if "." not in n or n.startswith("HadoopFileSystem.")} \
+        == set(got) | kept
 
 
 def test_the_stores_without_a_jvm_are_those_of_connect() -> None:

@@ -24,7 +24,6 @@ from bronze.reconcile import Reconciler
 from framework.checkpoint import last_committed_batch, last_reconciled_batch
 from framework.errors import StorageError
 from framework.job import RunContext, RunStatus, TableRunSummary
-from framework.jvm import gateway
 from framework.storage.hadoop import HadoopStorage
 from tests.support import (
     REPO,
@@ -463,7 +462,8 @@ def test_a_checkpoint_holding_files_of_another_kind_is_refused_by_spark_not_clea
     summary = BronzeJob(spark, table, RunContext()).run()
     assert stray.read_text() == "kept"
     condition = "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"
-    if not gateway(spark).org.apache.spark.SparkThrowableHelper.isValidErrorClass(condition):
+    jvm: Any = spark._jvm  # (Spark's own list of its error conditions)
+    if not jvm.org.apache.spark.SparkThrowableHelper.isValidErrorClass(condition):
         # a Spark without the check (4.0) starts the query, and the file is still left alone
         assert summary.status is RunStatus.SUCCEEDED, summary.error
         return
