@@ -64,13 +64,17 @@ def _planner() -> Planner:
 
 def backlog(table: Table) -> bool | None:
     """Whether files wait in a file feed's landing folder (names Spark's file source reads:
-    none starting with '.' or '_'); None for a log of records, whose offsets Spark reads."""
+    none starting with '.' or '_'); None for a log of records, whose offsets Spark reads, and
+    for a landing folder that is not there (the feed's job fails, saying so)."""
     from framework.storage import storage_for
 
-    landing = table.spec.backlog_path(table)
-    if isinstance(table.spec, StreamTableSpec) or landing is None:
+    spec = table.spec
+    landing = spec.backlog_path(table)
+    if not isinstance(spec, BronzeTableSpec) or landing is None:
         return None
     store = storage_for(landing, table.env)
+    if not store.exists(spec.landing_folder(table)):
+        return None  # (the job says what is missing)
     return store.exists(landing) and any(
         not f.path.rsplit("/", 1)[-1].startswith((".", "_")) for f in store.list_files(landing))
 

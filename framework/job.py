@@ -589,7 +589,7 @@ class StreamingJob(Job):
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         writer = self.ctx.trigger.apply(writer)
         writer = writer.option("checkpointLocation", self.table.checkpoint)
-        self.listener.register(self.query_name, self.log, self.batch_rows, self._on_progress)
+        self.listener.register(self.query_name, self.log, self._batch_rows, self._on_progress)
         query = self._step("start", self._start_query, writer.queryName(self.query_name))
         self.recorder.query_id = str(query.id)
         if is_connect(self.spark) and self._remote() is not None:
@@ -611,6 +611,11 @@ class StreamingJob(Job):
                                  reason="the server's Python worker for the query's batches "
                                         "did not connect back in time")
         raise AssertionError("unreachable")
+
+    def _batch_rows(self, progress: BatchProgress) -> int:
+        """:meth:`batch_rows`, once the batches' outcomes are folded."""
+        self._absorb_outcome()
+        return self.batch_rows(progress)
 
     def batch_rows(self, progress: BatchProgress) -> int:
         """A batch's input rows, for progress lines: Spark's figure unless the job reads its
