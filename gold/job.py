@@ -6,7 +6,8 @@ the spec's keys:
 
 - ``output_mode: append`` writes each window once, when the watermark passes its end (for a
   session, its last event plus the gap), through Delta's streaming sink (exactly once);
-- ``output_mode: update`` merges every window each batch it changes, by window and keys; the
+- ``output_mode: update`` merges every window each batch it changes, by window and keys
+  (:mod:`framework.changes`, with no sequence: the batch's row replaces the window's); the
   MERGE sets the window's current values, so a replayed batch writes the same row again.
 
 Late rows: Spark keeps two watermarks per micro-batch, the previous batch's for late rows and
@@ -32,11 +33,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import DateType, NullType, StructField, StructType, TimestampType
 
+from framework.changes import ChangeApplier, KeyedChanges
 from framework.config.model import Layer, Table
-from framework.delta import CHANGE_FEED, create_table, merge
+from framework.delta import CHANGE_FEED, create_table
 from framework.errors import ConfigError
 from framework.eventtime import describe_seconds, interval_seconds
-from framework.identifiers import quote
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import get_logger
@@ -138,13 +139,8 @@ class WindowMerge:
 
     def write(self, batch: DataFrame, batch_id: int) -> Merged:
         log = get_logger(**self.log_context, batch_id=batch_id)
-        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.merge_keys)
-        source = batch.persist()  # MERGE may read its source twice: run the state once
         log.debug("gold.batch.merging")
-        try:
-            metrics = merge(source, self.location, on)
-        finally:
-            source.unpersist()
+        metrics = ChangeApplier(KeyedChanges(self.merge_keys), self.location).apply(batch)
         merged = Merged(batch_id, inserted=int(metrics.get("num_inserted_rows", 0)),
                         updated=int(metrics.get("num_updated_rows", 0)))
         log.info("gold.batch.merged", windows_inserted=merged.inserted,

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from framework.changes import END_AT, IS_CURRENT, START_AT
 from framework.config.model import Layer, Table
 from framework.delta import CHANGE_FEED, create_table, sql_string
 from framework.errors import ConfigError, JobError
@@ -39,9 +40,6 @@ ColumnList = list[tuple[str, str]]  # (name, comment)
 
 VERSIONS = BUILT_FROM  # table property: {table: Delta version} last built
 DEFINITION = "medallion.mart.definition"  # table property: the definition last built with
-# The columns of an SCD2 dimension's versions (silver.changes; named here as gold may not
-# import silver).
-START_AT, END_AT, IS_CURRENT = "__start_at", "__end_at", "__is_current"
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ Connect server. It evaluates the expectations (``fail`` raises inside the batch'
 computation, so no table of the batch commits), counts broken rows per rule, drops or
 quarantines them, and writes the good rows: appended (one commit per table, tagged with the
 query and batch: a batch replayed after a crash appends only where its commit is missing),
-merged by key (upsert), applied as changes through the change log (:mod:`silver.changes`), or
-written into the batch's partition of a Hive-bucketed parquet table.
+applied as changes by key (upsert or SCD2, :mod:`framework.changes`), or written into the
+batch's partition of a Hive-bucketed parquet table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -29,16 +29,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from framework.changes import ChangeApplier, KeyedChanges
 from framework.config.model import Table
-from framework.delta import merge
 from framework.errors import BatchFailedError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
 from framework.microbatch import Outcome, TableBatches, batch_commits
-from silver.changes import ChangeApplier
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
-from silver.spec import Action, Expectation, SilverTableSpec, TableFormat, WriteMode
+from silver.spec import Action, Expectation, Scd2, SilverTableSpec, TableFormat, WriteMode
 
 CAST_ERRORS = "_cast_errors"
 USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
@@ -55,9 +54,9 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
     """The spec's expectations, and those its change data implies: a change without a
     sequence has no place in its key's history, so it is quarantined; so is a snapshot without
     an id, or older than the newest applied (:mod:`silver.snapshots`)."""
-    changes = spec.changes
+    changes, keyed = spec.changes, keyed_changes(spec)
     implicit = []
-    if changes and logged_changes(spec):
+    if changes and keyed and keyed.logged:
         implicit.append(Expectation(name=f"has_{changes.sequence}", action=Action.QUARANTINE,
                                     rule=f"{quote(changes.sequence)} IS NOT NULL"))
     if changes and changes.snapshot_by is not None:  # (the column: SnapshotApplier.mark_order)
@@ -66,22 +65,29 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
     return [*spec.expectations, *implicit]
 
 
-def logged_changes(spec: SilverTableSpec) -> bool:
-    """Whether the table's changes go through a change log beside it (removals, versions or
-    snapshots); a plain upsert is one MERGE."""
+def keyed_changes(spec: SilverTableSpec) -> KeyedChanges | None:
+    """The table's rows as changes to keys (``upsert:`` or ``scd2:``), or None."""
     changes = spec.changes
-    return changes is not None and bool(changes.removals or changes.snapshot_by is not None
-                                        or spec.mode is WriteMode.SCD2)
+    if changes is None:
+        return None
+    scd2 = changes if isinstance(changes, Scd2) else None
+    return KeyedChanges(
+        tuple(changes.keys), changes.sequence, changes.deletes, changes.truncates,
+        tuple(changes.except_columns), versions=scd2 is not None,
+        track_history=tuple(scd2.track_history) if scd2 and scd2.track_history else None,
+        track_history_except=tuple(scd2.track_history_except)
+        if scd2 and scd2.track_history_except is not None else None,
+        snapshots=changes.snapshot_by is not None)
 
 
 def change_applier(table: Table) -> ChangeApplier | None:
-    """What applies the table's changes through its change log (None: none is kept)."""
-    spec = cast(SilverTableSpec, table.spec)
-    changes = spec.changes
-    if changes is None or not logged_changes(spec):
+    """What applies the table's changes (None: its rows are not changes to keys), through its
+    change log when it keeps one."""
+    keyed = keyed_changes(cast(SilverTableSpec, table.spec))
+    if keyed is None:
         return None
-    kind = SnapshotApplier if changes.snapshot_by is not None else ChangeApplier
-    return kind(changes, table.location, table.companion_location("changes"))
+    log = table.companion_location("changes") if keyed.logged else None
+    return (SnapshotApplier if keyed.snapshots else ChangeApplier)(keyed, table.location, log)
 
 
 def quarantines(spec: SilverTableSpec) -> bool:
@@ -244,6 +250,7 @@ class BatchWriter:
         snapshot the change log held before this batch: before this batch's own commit to it,
         for a batch replayed after a crash (so that it decides as the first run did)."""
         snapshots = cast(SnapshotApplier, self.applier)
+        assert snapshots.log_location is not None  # (snapshots are logged)
         replayed_at = self.commits.version(snapshots.log_location, batch_id) \
             if batch_id in self.commits.replayable else None
         newest = snapshots.newest_applied(batch.sparkSession, replayed_at)
@@ -282,27 +289,14 @@ class BatchWriter:
             df.sparkSession.catalog.dropTempView(view)
         elif self.applier:
             log = get_logger(**self.log_context)
-            log.debug("silver.changes.applying", keys=self.applier.keys,
-                      log=self.table.qualified("changes"))
+            if self.applier.log_location is None:
+                log.debug("silver.batch.merging", keys=self.applier.keys)
+            else:
+                log.debug("silver.changes.applying", keys=self.applier.keys,
+                          log=self.table.qualified("changes"))
             figures = self.applier.apply(
                 df, lambda rows, location: self.commits.append(rows, location, batch_id),
                 truncated=truncated)
             log.debug("silver.batch.changes_applied", **figures)
-        elif self.spec.mode is WriteMode.UPSERT:
-            self._merge(df)
         else:
             self.commits.append(df, self.table.location, batch_id)
-
-    def _merge(self, df: DataFrame) -> None:
-        """MERGE by key; the batch is reduced to its latest row per key first, so MERGE never
-        sees two source rows for one target row, and an older row never overwrites a newer."""
-        upsert = self.spec.upsert
-        assert upsert is not None
-        keys, seq = upsert.keys, upsert.sequence
-        latest = Window.partitionBy(*keys).orderBy(F.col(seq).desc_nulls_last())
-        source = df.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
-            .drop("_rank", *upsert.except_columns)
-        on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
-        get_logger(**self.log_context).debug("silver.batch.merging", keys=keys)
-        merge(source, self.table.location, on,
-              update_when=f"s.{seq} > t.{seq} OR t.{seq} IS NULL")

@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from framework.changes import SCD2_COLUMNS, log_schema, table_schema
 from framework.config.model import Layer, Table
 from framework.delta import (
     add_missing_columns,
@@ -60,9 +61,9 @@ from silver.batch import (
     Refined,
     batch_rules,
     change_applier,
+    keyed_changes,
     quarantines,
 )
-from silver.changes import SCD2_COLUMNS, log_schema, table_schema
 from silver.snapshots import SnapshotApplier
 from silver.spec import (
     SPLIT_SNAPSHOTS,
@@ -144,10 +145,10 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
                                         f"(a boolean), found {e.rule!r} of type "
                                         f"{kind.simpleString()}", key=f"expectations[{i}].rule"))
     planned = StructType([f for f in out.schema.fields if f.name != CAST_ERRORS])
-    changes = spec.changes
-    if changes and not changes.check_settings(spec.mode.value) \
+    changes, keyed = spec.changes, keyed_changes(spec)
+    if changes and keyed and not changes.check_settings(spec.mode.value) \
             and not changes.check_columns(spec.mode.value, set(planned.names)):
-        planned = table_schema(changes, planned)
+        planned = table_schema(keyed, planned)
     return planned, problems
 
 
@@ -193,9 +194,10 @@ class SilverJob(StreamingJob):
                        and self.spec.mode is WriteMode.APPEND
                        and self.spec.format is TableFormat.DELTA)
         # Changes with removals or versions go through a change log beside the table (see
-        # silver.changes); a plain upsert is one MERGE.
+        # framework.changes); a plain upsert is one MERGE.
         self.changes_table = self.table.qualified("changes")
         self.applier = change_applier(self.table)
+        self.log_location = self.applier.log_location if self.applier else None
 
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
@@ -253,21 +255,21 @@ class SilverJob(StreamingJob):
     def _create_tables(self, schema: StructType) -> None:
         spec = self.table.spec
         rows = schema
-        if self.spec.changes:
-            schema = table_schema(self.spec.changes, rows)
+        if self.applier:
+            schema = table_schema(self.applier.changes, rows)
         # A refresh emptied the tables: made again if the spec changed their columns
         rebuild = self.ctx.operation is not None
         if self.spec.format is not TableFormat.PARQUET and not rebuild \
                 and is_delta_table(self.spark, self.table.location):
             # (whether the catalog knows it or not: a table registered again over its folder)
             self._check_mode()
-        if self.applier and not create_table(
+        if self.applier and self.log_location and not create_table(
                 self.spark, self.changes_table, log_schema(self.applier.changes, rows),
-                self.applier.log_location,
+                self.log_location,
                 comment=f"Change log of {self.table.name}: its events, by key",
                 rebuild=rebuild) and not self.spec.columns:
             # a column the source gained goes into the log too, which takes the batch's events
-            add_missing_columns(self.spark, self.applier.log_location,
+            add_missing_columns(self.spark, self.log_location,
                                 log_schema(self.applier.changes, rows))
         if self.spec.format is TableFormat.PARQUET:
             self._create_bucketed(schema)
@@ -300,14 +302,15 @@ class SilverJob(StreamingJob):
         found = ""
         if versions != scd2:
             found = "with SCD type 2 versions" if versions else "without SCD type 2 versions"
-        elif self.applier and (
-                not is_delta_table(self.spark, self.applier.log_location)
-                or self.spark.read.format("delta").load(self.applier.log_location).isEmpty()
+        elif self.log_location and (
+                not is_delta_table(self.spark, self.log_location)
+                or self.spark.read.format("delta").load(self.log_location).isEmpty()
         ) and not existing.isEmpty():  # (the table read last: its log is rarely empty)
             found = "without a change log"
         if found:
-            want = f"mode {self.spec.mode.value}" + (", with a change log" if self.applier else "")
-            folders = [self.table.location, *([self.applier.log_location] if self.applier else []),
+            want = f"mode {self.spec.mode.value}" + (", with a change log" if self.log_location
+                                                     else "")
+            folders = [self.table.location, *([self.log_location] if self.log_location else []),
                        *([self.quarantine_location] if self._quarantines else [])]
             raise TableModeError(
                 self.table.full_name, "create tables",

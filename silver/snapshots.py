@@ -1,6 +1,6 @@
 """Change data from full snapshots (``snapshot_by`` in ``upsert:`` or ``scd2:``): the inserts,
 updates and deletes between consecutive snapshots of an entity, applied as SCD type 1 or 2 by
-:mod:`silver.changes`.
+:mod:`framework.changes`.
 
 Each row of the source belongs to one *snapshot*: a complete extract of the entity, named and
 ordered by its ``snapshot_by`` value (an extract date, say, or an expression over bronze's
@@ -54,8 +54,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from silver.changes import OP, ChangeApplier, ChangeOp
-from silver.spec import Changes
+from framework.changes import OP, ChangeApplier, ChangeOp
 
 IN_ORDER = "_snapshot_in_order"  # a column the batch carries until the rules are evaluated
 IN_ORDER_RULE = "snapshot_in_order"
@@ -65,11 +64,9 @@ _NEWEST, _POS, _NEXT, _PREV_POS, _PREV, _NEXT_POS, _EVENT = \
 
 class SnapshotApplier(ChangeApplier):
     """Applies micro-batches of full snapshots to one table (``location``): derives their
-    events (:meth:`classify`) and applies them through the change log (``log_location``)."""
-
-    def __init__(self, changes: Changes, location: str, log_location: str) -> None:
-        super().__init__(changes, location, log_location)
-        self.every_event = True  # the state before a snapshot is read from the log's history
+    events (:meth:`classify`) and applies them through the change log (``log_location``),
+    which keeps every event (:attr:`KeyedChanges.snapshots
+    <framework.changes.KeyedChanges.snapshots>`)."""
 
     # ------------------------------------------------------------------ order
     def newest_applied(self, spark: SparkSession, replayed_at: int | None) -> Any:

@@ -114,7 +114,7 @@ class Dedup(Model):
 
 
 class Changes(Model):
-    """How rows of the source are applied as changes to a key (see :mod:`silver.changes`):
+    """How rows of the source are applied as changes to a key (see :mod:`framework.changes`):
     ``keys`` name the entity, ``sequence_by`` orders its changes (the order at the source, not
     of arrival). A row for which ``deletes`` holds removes its key at its sequence; one for
     which ``truncates`` holds removes every key at its sequence. ``except_columns`` are read

@@ -156,6 +156,24 @@ def test_scd1_with_deletes_and_truncates_equals_the_reference(
                        ignore_nullable=True, ignore_column_order=True)
 
 
+def test_a_plain_upsert_is_scd1_without_removals(spark: SparkSession, tmp_path: Path) -> None:
+    """``upsert:`` with no ``deletes`` or ``truncates`` keeps no change log (the table holds
+    each key's newest event, so it is its own log) and gives the table SCD1 with removals
+    gives for the same events, late ones and duplicates among them, equal to the reference."""
+    events = [e for e in STREAM if e.op is ref.Op.UPSERT]
+    want = reference(spark, ref.scd1(events, keys=ref.KEYS, sequence_by="seq"), LATEST_COLUMNS)
+    plain, logged = Lakehouse(tmp_path / "plain"), Lakehouse(tmp_path / "logged")
+    lake_with(plain, mode="upsert", upsert={"keys": ["id"], "sequence_by": "seq",
+                                            "except_columns": ["op"]})
+    lake_with(logged, mode="upsert", upsert=CHANGES)
+    for lakehouse in (plain, logged):
+        apply(spark, lakehouse, events, 7)
+        assert_df_equality(table(spark, lakehouse), want, ignore_row_order=True,
+                           ignore_nullable=True, ignore_column_order=True)
+    changes = plain.project().table("customers", Layer.SILVER).companion_location("changes")
+    assert not Path(changes.removeprefix("file:")).exists()
+
+
 def test_a_change_without_a_sequence_is_quarantined(spark: SparkSession,
                                                       tmp_path: Path) -> None:
     lakehouse = Lakehouse(tmp_path)

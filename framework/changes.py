@@ -1,5 +1,10 @@
-"""Change data in silver: SCD type 1 with removals (``mode: upsert`` with ``deletes:`` or
-``truncates:``) and SCD type 2 (``mode: scd2``).
+"""Change data: the one component that writes rows by key, for every layer.
+
+A table whose rows are changes to keys (:class:`KeyedChanges`) is written by a
+:class:`ChangeApplier`, micro-batch by micro-batch: silver's ``upsert:`` (SCD type 1, with or
+without removals) and ``scd2:`` (SCD type 2), the changes silver derives from full snapshots,
+and gold's aggregates in update mode (their windows by window and keys, with no sequence: a
+batch's row replaces its key's).
 
 Each row of the source is an *event* of one key (the ``keys`` columns) at one ``sequence`` (the
 ``sequence_by`` column: the order of the changes at the source, not their order of arrival):
@@ -56,8 +61,12 @@ their order of arrival or on where batches were cut, and a replayed batch change
 The log is what a late event needs: the table alone does not say what a split version held
 before the event (its untracked values are its newest event's), nor where tombstones lie.
 
+Without removals, versions or snapshots (a plain SCD1 upsert), no log is kept: the table is
+its own log, as it holds each key's newest event, and a batch is one MERGE of each key's newest
+row, which replaces the table's when its sequence is greater (without a sequence, always).
+
 A source of full snapshots (``snapshot_by`` in place of ``sequence_by``) has no events of its
-own: :mod:`silver.snapshots` derives them in place of step 1 (an upsert of each key new or
+own: silver's :mod:`silver.snapshots` derives them in place of step 1 (an upsert of each key new or
 changed in a snapshot, a delete of each key gone from it, at the snapshot's id), and its log
 keeps every event for SCD1 too (``every_event``: the state before a snapshot is read from the
 log's history). Steps 2 to 4 are the same.
@@ -67,6 +76,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import reduce
 
@@ -74,9 +84,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from framework.delta import merge_clauses
+from framework.delta import merge, merge_clauses
 from framework.identifiers import quote
-from silver.spec import Changes, Scd2
 
 OP = "_op"
 START_AT, END_AT, IS_CURRENT, DELETED = "__start_at", "__end_at", "__is_current", "__deleted"
@@ -93,18 +102,43 @@ class ChangeOp(StrEnum):
     TRUNCATE = "truncate"
 
 
-def table_schema(changes: Changes, rows: StructType) -> StructType:
+@dataclass(frozen=True)
+class KeyedChanges:
+    """What makes a table's rows changes to keys (see the module's text): the ``keys``, the
+    ``sequence`` column ordering a key's events (None: a batch's row replaces its key's), the
+    SQL conditions of a ``deletes`` and a ``truncates`` row, the ``except_columns`` read but
+    not written, whether the table keeps ``versions`` (SCD type 2, with the columns it tracks)
+    and whether the events are derived from ``snapshots``."""
+
+    keys: tuple[str, ...]
+    sequence: str | None = None
+    deletes: str | None = None
+    truncates: str | None = None
+    except_columns: tuple[str, ...] = ()
+    versions: bool = False
+    track_history: tuple[str, ...] | None = None
+    track_history_except: tuple[str, ...] | None = None
+    snapshots: bool = False
+
+    @property
+    def logged(self) -> bool:
+        """Whether the changes go through a change log beside the table (removals, versions or
+        snapshots); without one, the table is its own log."""
+        return bool(self.deletes or self.truncates or self.versions or self.snapshots)
+
+
+def table_schema(changes: KeyedChanges, rows: StructType) -> StructType:
     """The table's schema for source rows of schema ``rows``: their columns but the
     ``except_columns``, then (SCD2) the four version columns."""
     fields = [f for f in rows.fields if f.name not in changes.except_columns]
-    if isinstance(changes, Scd2):
+    if changes.versions:
         seq = next(f.dataType for f in fields if f.name == changes.sequence)
         fields += [StructField(START_AT, seq), StructField(END_AT, seq),
                    StructField(IS_CURRENT, BooleanType()), StructField(DELETED, BooleanType())]
     return StructType(fields)
 
 
-def log_schema(changes: Changes, rows: StructType) -> StructType:
+def log_schema(changes: KeyedChanges, rows: StructType) -> StructType:
     """The change log's schema: the table's data columns and ``_op``."""
     fields = [f for f in table_schema(changes, rows).fields if f.name not in SCD2_COLUMNS]
     return StructType([*fields, StructField(OP, StringType())])
@@ -112,28 +146,38 @@ def log_schema(changes: Changes, rows: StructType) -> StructType:
 
 class ChangeApplier:
     """Applies micro-batches of events to one table (``location``) through its change log
-    (``log_location``)."""
+    (``log_location``: given exactly when the changes are :attr:`KeyedChanges.logged`)."""
 
-    def __init__(self, changes: Changes, location: str, log_location: str) -> None:
+    def __init__(self, changes: KeyedChanges, location: str,
+                 log_location: str | None = None) -> None:
+        if changes.logged != (log_location is not None):
+            raise ValueError(f"expected a change log exactly for logged changes, found "
+                             f"logged={changes.logged} and log_location={log_location!r}")
         self.changes = changes
         self.location = location
         self.log_location = log_location
-        self.scd2 = isinstance(changes, Scd2)
+        self.scd2 = changes.versions
         self.keys = list(changes.keys)
-        self.seq = changes.sequence
-        # The log keeps every event (SCD2's history needs them); else each key's newest.
-        self.every_event = self.scd2
+        self.seq = changes.sequence or ""
+        # The log keeps every event (SCD2's history needs them, and the state before a
+        # snapshot is read from the log's history); else each key's newest.
+        self.every_event = changes.versions or changes.snapshots
 
     # ------------------------------------------------------------------ one batch
-    def apply(self, batch: DataFrame, append: Callable[[DataFrame, str], None], *,
-              truncated: bool) -> dict[str, int]:
+    def apply(self, batch: DataFrame,
+              append: Callable[[DataFrame, str], None] | None = None, *,
+              truncated: bool = False) -> dict[str, int]:
         """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
         figures on the table (rows inserted, updated, deleted; for SCD2 without a truncate,
         how many keys were folded forward from their current version and how many recomputed
         from their history, see :meth:`_versions_ahead`). ``append(df, location)``
         appends the batch's rows to a table once (the job's commit tagged with the batch:
         a replayed batch appends nothing twice). ``truncated``: the batch holds a truncate
-        (the job counts them with its other figures), so every key is recomputed."""
+        (the job counts them with its other figures), so every key is recomputed. Without a
+        log (:meth:`_upsert`): MERGE's figures, and ``append`` is not used."""
+        if self.log_location is None:
+            return self._upsert(batch)
+        assert append is not None
         # Materialized once: the log's append and the keys below both read them, and deriving
         # them can cost a shuffle, or a read of the log (a snapshot's).
         events = self.classify(batch).dropDuplicates().localCheckpoint(eager=True)
@@ -159,6 +203,28 @@ class ChangeApplier:
             events.where(F.col(OP) != ChangeOp.TRUNCATE.value).select(*self.keys))
         rows = self._versions(log, keys) if self.scd2 else self._latest(log, keys)
         return self._write_difference(table, rows, self._of_keys(table, keys))
+
+    def _upsert(self, batch: DataFrame) -> dict[str, int]:
+        """Without a log: each key's newest row of the batch (the greatest sequence, a row
+        without one last), merged into the table where the key is new or its row older (or
+        without a sequence); without a sequence column, every row replaces its key's (the
+        batch holds one per key)."""
+        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.keys)
+        newer = None
+        rows = batch
+        if self.changes.sequence:
+            latest = Window.partitionBy(*self.keys).orderBy(F.col(self.seq).desc_nulls_last())
+            rows = rows.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1") \
+                .drop("_rank")
+            seq = quote(self.seq)
+            newer = f"s.{seq} > t.{seq} OR t.{seq} IS NULL"
+        # MERGE may read its source twice: the batch's computation (a stateful one, say) runs
+        # once
+        source = rows.drop(*self.changes.except_columns).persist()
+        try:
+            return merge(source, self.location, on, update_when=newer)
+        finally:
+            source.unpersist()
 
     def truncate_condition(self) -> Column | None:
         """Which source rows are truncates (None: the table takes none)."""
@@ -194,6 +260,7 @@ class ChangeApplier:
         takes every event, appended once per batch: an event delivered again in another batch
         is kept twice, which changes nothing (a key's events are folded one per sequence).
         SCD1's keeps each key's newest event."""
+        assert self.log_location is not None
         columns = events.columns
         if self.every_event:
             append(events, self.log_location)
@@ -244,7 +311,6 @@ class ChangeApplier:
 
     def _versions(self, log: DataFrame, keys: DataFrame | None) -> DataFrame:
         """SCD2: each key's versions, folded from its events in sequence order."""
-        assert isinstance(self.changes, Scd2)
         # Every step below groups by key (a key and sequence, a key, a key and version): one
         # shuffle by key serves them all.
         events = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
@@ -294,6 +360,7 @@ class ChangeApplier:
         the batch is newer than every event the log holds of the key and than every truncate
         in it; None when every key is. Computed now, eagerly: the log is about to take the
         batch's events. With how many keys are ahead (True) and how many not (False)."""
+        assert self.log_location is not None
         log = events.sparkSession.read.format("delta").load(self.log_location)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
         # A batch entirely newer than the log (a stream in order): every key is ahead, which
@@ -361,7 +428,6 @@ class ChangeApplier:
 
     def _tracked(self, values: list[str]) -> list[str]:
         changes = self.changes
-        assert isinstance(changes, Scd2)
         if changes.track_history is not None:
             return list(changes.track_history)
         excluded = set(changes.track_history_except or ())
