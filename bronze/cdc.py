@@ -12,7 +12,7 @@ spec, beside ``source``::
       # sequence: ["source.scn DECIMAL(38,0)"]             # Oracle: a type stated
 
 ``source.schema`` is the DDL of the **row** (the table's columns, what ``after`` and ``before``
-hold), not of the envelope. The envelope read around it (:func:`envelope_schema`) is ``before``
+hold), not of the envelope. The envelope read around it is ``before``
 and ``after`` (STRUCT of the row), ``op`` STRING, ``ts_ms`` BIGINT and ``source`` (and
 ``transaction``, if named) STRUCT of the fields ``sequence`` names.
 
@@ -190,19 +190,6 @@ def change_columns(cdc: CdcSpec | None) -> list[StructField]:
     """The change columns of a feed (none without ``cdc``); needs a Spark session when a
     type is stated (see :func:`sequence_types`)."""
     return cdc_fields(cdc, sequence_types(cdc)) if cdc is not None else []
-
-
-def envelope_schema(row: StructType, cdc: CdcSpec, types: dict[str, DataType]) -> StructType:
-    """The Debezium envelope read around ``row``: ``before``, ``after``, ``op``, ``ts_ms`` and
-    the blocks (``source``, ``transaction``) holding the ``sequence`` fields."""
-    blocks: dict[str, list[StructField]] = {}
-    for f in cdc.fields():
-        root, _, name = f.path.partition(".")
-        if name:
-            blocks.setdefault(root, []).append(StructField(name, types[f.path]))
-    return StructType([StructField("before", row), StructField("after", row),
-                       StructField("op", StringType()), StructField("ts_ms", LongType()),
-                       *[StructField(root, StructType(fs)) for root, fs in blocks.items()]])
 
 
 def cdc_problems(cdc: CdcSpec | None, *, json_feed: bool, found_format: str,

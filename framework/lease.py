@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 
@@ -248,13 +248,3 @@ class Lease:
 def _stop_self() -> None:
     """A run that lost the lake stops as if asked to (SIGTERM: at the next batch boundary)."""
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def holding(lease: Lease, wait: bool = False) -> Iterator[Lease]:
-    """The lake held for the block."""
-    lease.acquire(wait)
-    try:
-        yield lease
-    finally:
-        lease.release()

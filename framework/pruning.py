@@ -38,16 +38,6 @@ class ScanEvidence:
     files_read: int
     files_total: int
 
-    @property
-    def partition_share(self) -> float | None:
-        if not self.partitions_total or self.partitions_read is None:
-            return None
-        return self.partitions_read / self.partitions_total
-
-    @property
-    def file_share(self) -> float:
-        return self.files_read / self.files_total if self.files_total else 0.0
-
 
 @dataclass(frozen=True)
 class PruningEvidence:

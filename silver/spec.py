@@ -133,10 +133,6 @@ class Changes(Model):
     except_columns: list[Identifier] = Field(default_factory=list)
 
     @property
-    def removals(self) -> bool:
-        return bool(self.deletes or self.truncates)
-
-    @property
     def sequence(self) -> str:
         """The column that orders a key's events: ``sequence_by``, or ``snapshot_by`` (the
         events derived from a snapshot are at its id). Only one is set (:meth:`check_settings`);
