@@ -21,6 +21,7 @@ record, quarantined whole.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -37,6 +38,7 @@ from pyspark.sql.types import (
 )
 
 from bronze.spec import SchemaEvolution
+from framework.errors import SchemaChangeError
 
 CORRUPT = "_corrupt_record"
 CORRUPT_REASON = "_corrupt_reason"
@@ -83,6 +85,20 @@ def schema_change_error(message: str) -> tuple[str, str] | None:
     rest = message[at + len(SCHEMA_CHANGE):]
     path, _, detail = rest.partition("\t")
     return path, detail.splitlines()[0] if detail else ""
+
+
+def refuse_schema_change(table: str, batch_id: int, at: str, detail: str, accept: str,
+                         log: Any, *, record: bool = False) -> NoReturn:
+    """Raise :class:`SchemaChangeError`: a batch's read refused ``detail`` (a new column, or
+    key, or a value of another type: ``failOnNewColumns``) in the file ``at``, or the record
+    at ``at`` of a log; ``accept`` says how to take it."""
+    what, where = ("keys", f"the record at {at}") if record else ("columns", at)
+    reason = (f"expected the {what} and types of the schema in {where}, found {detail} "
+              f"(schema_evolution: failOnNewColumns): {accept}; batch {batch_id} was not "
+              "written and is read again by the next run")
+    log.error("bronze.schema.refused", **{"record" if record else "file": at},
+              change=detail)
+    raise SchemaChangeError(table, f"batch {batch_id}", reason)
 
 
 class Conformer:

@@ -44,7 +44,7 @@ from pyspark.sql.types import DataType, StructType
 from bronze.batch import METADATA_FIELDS, BatchSplit, split_batch, with_file_columns
 from bronze.cdc import CDC_COLUMNS
 from bronze.checks import FileChecks, stat_or_none, unreadable
-from bronze.conform import schema_change_error
+from bronze.conform import refuse_schema_change, schema_change_error
 from bronze.debezium import ChangeEventReader
 from bronze.evolution import SchemaHistory, addable
 from bronze.ledger import (
@@ -434,11 +434,7 @@ class FileBatchWriter:
         accept = (f"add them to source.schema in {self.table.source_file}, or run "
                   f"'medallion schema {self.table.name} --add \"{columns}\"'") if columns \
             else f"correct the file, or the column's type in {self.table.source_file}"
-        reason = (f"expected the columns and types of the schema in {from_uri(path)}, found "
-                  f"{detail} (schema_evolution: failOnNewColumns): {accept}; batch {batch_id} "
-                  "was not written and is read again by the next run")
-        log.error("bronze.schema.refused", file=from_uri(path), change=detail)
-        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", reason)
+        refuse_schema_change(self.table.full_name, batch_id, from_uri(path), detail, accept, log)
 
     # ------------------------------------------------------------------ the tables
     def append(self, df: DataFrame, table: str, batch_id: int) -> None:

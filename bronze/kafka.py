@@ -40,14 +40,14 @@ from pyspark.sql.types import (
 
 from bronze.batch import split_batch
 from bronze.cdc import TOMBSTONE, change_columns, row_problem, sequence_types
-from bronze.conform import Conformer, schema_change_error
+from bronze.conform import Conformer, refuse_schema_change, schema_change_error
 from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
 from bronze.streams import StreamTableSpec
 from framework.config.model import Layer, SqlKind
 from framework.delta import create_table
-from framework.errors import ConfigError, QueryFailedError, SchemaChangeError
+from framework.errors import ConfigError, QueryFailedError
 from framework.job import RunStatus, StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import get_logger, timed
@@ -187,14 +187,10 @@ class RecordWriter:
         """Raise :class:`SchemaChangeError` if the batch's write refused a new key or a value
         of another type (``schema_evolution: failOnNewColumns``)."""
         found = schema_change_error(str(error))
-        if found is None:
-            return
-        reason = (f"expected the keys and types of the schema in the record at {found[0]}, "
-                  f"found {found[1]} (schema_evolution: failOnNewColumns): add them to "
-                  f"source.schema in {self.table.source_file}; batch {batch_id} was not "
-                  "written and is read again by the next run")
-        log.error("bronze.schema.refused", record=found[0], change=found[1])
-        raise SchemaChangeError(self.table.full_name, f"batch {batch_id}", reason)
+        if found is not None:
+            refuse_schema_change(self.table.full_name, batch_id, found[0],
+                                 found[1], f"add them to source.schema in {self.table.source_file}",
+                                 log, record=True)
 
 
 class StreamBronzeJob(StreamingJob):
