@@ -50,7 +50,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, RebuildMethod, Table
-from framework.delta import is_delta_table, sql_string
+from framework.delta import is_delta_table, latest_commit, read_table, sql_string
 from framework.errors import JobError, OperationOpenError, StorageError, UsageError
 from framework.identifiers import quote_path
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
@@ -210,9 +210,9 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
 def _target(spark: SparkSession, location: str) -> Target:
     if not is_delta_table(spark, location):
         return Target(location, None, 0)
-    last = spark.sql(f"DESCRIBE HISTORY {quote_path(location)} LIMIT 1").first()
-    rows = spark.read.format("delta").load(location).count()  # (from the log's statistics)
-    return Target(location, int(last["version"]) if last else None, rows)
+    last = latest_commit(spark, location)
+    rows = read_table(spark, location).count()  # (from the log's statistics)
+    return Target(location, last.version if last else None, rows)
 
 
 # How tables are run: framework.runner.run_tables (given, as the runner completes an open refresh)

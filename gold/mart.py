@@ -27,7 +27,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from framework.config.model import Layer, Table
-from framework.delta import CHANGE_FEED, create_table, sql_string
+from framework.delta import (
+    CHANGE_FEED,
+    change_feed,
+    create_table,
+    detail,
+    latest_commit,
+    replace_rows,
+    set_properties,
+    sql_string,
+    table_properties,
+)
 from framework.errors import ConfigError, JobError
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import Job, RunContext, RunStatus
@@ -224,7 +234,7 @@ class MartJob(Job):
         versions built from are kept in the table's properties, written after the data: a run
         interrupted in between rebuilds the same partitions again, with the same result."""
         spark = self.spark
-        fact_detail = _detail(spark, fact)
+        fact_detail = detail(spark, fact)
         versions = {fact: _version(spark, fact, fact_detail),
                     **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
@@ -240,7 +250,7 @@ class MartJob(Job):
         schema = df.schema
         created = create_table(spark, mart, schema, self.table.location,
                                partition_by=partitions, comment=comment)
-        properties = {} if created else _properties(spark, mart)
+        properties = {} if created else table_properties(spark, mart)
         built = json.loads(properties.get(VERSIONS, "{}"))
         definition = json.dumps(self.spec.definition(), sort_keys=True)
         new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
@@ -268,11 +278,9 @@ class MartJob(Job):
                 "(" + " AND ".join(f"{quote(c)} <=> {sql_string(v) if v is not None else 'NULL'}"
                                    for c, v in zip(partitions, values, strict=True)) + ")"
                 for values in changed)
-            df.where(condition).write.format("delta").mode("overwrite") \
-                .option("replaceWhere", condition).save(self.table.location)
-        spark.sql(f"ALTER TABLE {quote_name(mart)} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
-                  f"{sql_string(json.dumps(versions, sort_keys=True))}, "
-                  f"{sql_string(DEFINITION)} = {sql_string(definition)})")
+            replace_rows(df.where(condition), self.table.location, condition)
+        set_properties(spark, mart, {VERSIONS: json.dumps(versions, sort_keys=True),
+                                     DEFINITION: definition})
         self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
                       full_rebuild=reason, partitions_rebuilt=changed)
         return {"full_rebuild": int(reason is not None),
@@ -326,28 +334,19 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             spark.catalog.dropTempView(view)
 
 
-def _detail(spark: SparkSession, name: str) -> dict[str, Any]:
-    row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").first()
-    return row.asDict() if row is not None else {}
-
-
 def _version(spark: SparkSession, name: str,
-             detail: dict[str, Any] | None = None) -> int | None:
-    """The table's current Delta version; None for a table that is not Delta."""
-    if (detail if detail is not None else _detail(spark, name)).get("format") != "delta":
+             found: dict[str, Any] | None = None) -> int | None:
+    """The table's current Delta version; None for a table that is not Delta (``found``: its
+    detail, when read already)."""
+    if (found if found is not None else detail(spark, name)).get("format") != "delta":
         return None
-    row = spark.sql(f"DESCRIBE HISTORY {quote_name(name)} LIMIT 1").first()
-    return int(row["version"]) if row is not None else None
+    last = latest_commit(spark, name)
+    return last.version if last is not None else None
 
 
 def _columns(schema: StructType) -> list[tuple[str, str]]:
     """Names and types, without comments."""
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-
-def _properties(spark: SparkSession, name: str) -> dict[str, str]:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)}").collect()
-    return {r["key"]: r["value"] for r in rows}
 
 
 def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int | None],
@@ -378,10 +377,8 @@ def _changed_partitions(spark: SparkSession, location: str, since: int | None, u
     if until == since:
         return []
     try:
-        changes = (spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", since + 1).option("endingVersion", until)
-                   .load(location).select(*[F.col(c).cast("string") for c in columns])
-                   .distinct().collect())
+        changes = (change_feed(spark, location, since + 1, until)
+                   .select(*[F.col(c).cast("string") for c in columns]).distinct().collect())
     except AnalysisException:  # no change data for a version in the range, or a schema change
         return None
     return sorted((tuple(r[c] for c in columns) for r in changes), key=str)

@@ -74,7 +74,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from framework.delta import merge_clauses
+from framework.delta import merge_clauses, read_table
 from framework.identifiers import quote
 from silver.spec import Changes, Scd2
 
@@ -146,8 +146,8 @@ class ChangeApplier:
         if not counts.get(False):
             ahead = None  # (every key is ahead)
         self._log(events, append)
-        log = spark.read.format("delta").load(self.log_location)
-        table = spark.read.format("delta").load(self.location)
+        log = read_table(spark, self.log_location)
+        table = read_table(spark, self.location)
         if forward:
             figures = self._write_difference(
                 table, *self._versions_ahead(log, table, events, ahead))
@@ -294,7 +294,7 @@ class ChangeApplier:
         the batch is newer than every event the log holds of the key and than every truncate
         in it; None when every key is. Computed now, eagerly: the log is about to take the
         batch's events. With how many keys are ahead (True) and how many not (False)."""
-        log = events.sparkSession.read.format("delta").load(self.log_location)
+        log = read_table(events.sparkSession, self.log_location)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
         # A batch entirely newer than the log (a stream in order): every key is ahead, which
         # the log's newest sequence tells without reading the log by key (from its files'

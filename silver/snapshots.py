@@ -54,6 +54,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
+from framework.delta import read_table
 from silver.changes import OP, ChangeApplier, ChangeOp
 from silver.spec import Changes
 
@@ -76,10 +77,8 @@ class SnapshotApplier(ChangeApplier):
         """The newest snapshot id in the change log (None while it has none). ``replayed_at``:
         the log's version that this batch's own commit made, for a batch replayed after a
         crash; the log is then read as it was just before it."""
-        reader = spark.read.format("delta")
-        if replayed_at is not None:
-            reader = reader.option("versionAsOf", replayed_at - 1)
-        row = reader.load(self.log_location).agg(F.max(self.seq)).first()
+        version = replayed_at - 1 if replayed_at is not None else None
+        row = read_table(spark, self.log_location, version=version).agg(F.max(self.seq)).first()
         return row[0] if row is not None else None
 
     def mark_order(self, batch: DataFrame, newest: Any) -> DataFrame:
@@ -155,7 +154,7 @@ class SnapshotApplier(ChangeApplier):
         ``_next``), with their values: each key's newest event in the log older than it, when
         an upsert (a delete wins a tie, then the greatest values by their JSON text, as in
         SCD2's fold); place 0, followed by the first snapshot."""
-        log = first.sparkSession.read.format("delta").load(self.log_location)
+        log = read_table(first.sparkSession, self.log_location)
         removal = F.col(OP) != ChangeOp.UPSERT.value
         text = F.to_json(F.struct(*values)) if values else F.lit("")
         newest = log.crossJoin(F.broadcast(first)).where(F.col(self.seq) < F.col(_NEXT)) \
