@@ -50,9 +50,9 @@ from framework.delta import (
     literal_rows,
     read_table,
     set_properties,
+    widen_columns,
 )
 from framework.errors import ConfigError
-from framework.identifiers import quote, quote_path
 from framework.sqlcheck import parse_schema as parse_ddl
 
 SCHEMA_HISTORY = StructType([
@@ -138,9 +138,7 @@ class SchemaHistory:
                 widened.append(StructField(old.name, f.dataType))
         if widened:
             set_properties(self.spark, self.bronze, {WIDENING: "true"})
-            for f in widened:
-                self.spark.sql(f"ALTER TABLE {quote_path(self.bronze)} ALTER COLUMN "
-                               f"{quote(f.name)} TYPE {f.dataType.simpleString()}")
+            widen_columns(self.spark, self.bronze, widened)
         add_columns(self.spark, self.bronze, added)
         schema = self.table_records()
         # Without a change from the spec, a schema not recorded yet is that of a batch whose

@@ -8,15 +8,16 @@ location; where a parameter is called ``table``, by its catalog name
 (``catalog.schema.table``) as well.
 
 - Tables: :func:`create_table`, :func:`is_delta_table`, :func:`detail`,
-  :func:`add_columns`, :func:`add_missing_columns`, :func:`clear_unfinished_create`,
-  :func:`optimize`.
+  :func:`add_columns`, :func:`add_missing_columns`, :func:`widen_columns`,
+  :func:`clear_unfinished_create`, :func:`optimize`.
 - Reads: :func:`read_table` (by location, at a version), :func:`change_feed`, :func:`version_rows`.
 - Writes: :func:`append` (tagged with a writer's batch: idempotent with :func:`batch_commit`
-  and :class:`BatchCommits`), :func:`replace_rows` (``replaceWhere``), :func:`merge`,
-  :func:`merge_clauses`.
+  and :class:`BatchCommits`), :func:`overwrite`, :func:`replace_rows` (``replaceWhere``),
+  :func:`delete_rows`, :func:`merge`, :func:`merge_clauses`.
 - History: :func:`history`, :func:`latest_commit` (the current version),
   :func:`batch_commit`.
-- Properties: :func:`table_properties`, :func:`set_properties`, :func:`change_feed_enabled`.
+- Properties: :func:`table_properties`, :func:`set_properties`, :func:`unset_properties`,
+  :func:`change_feed_enabled`.
 - Small tables and SQL text: :func:`literal_rows`, :func:`schema_ddl`, :func:`sql_string`.
 
 The streaming source and sink of a table (``readStream``/``writeStream``) stay with the job
@@ -194,6 +195,14 @@ def add_columns(spark: SparkSession, location: str, fields: Sequence[StructField
         spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
 
 
+def widen_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
+    """Change the type of each of ``fields`` in the Delta table at ``location`` to the field's
+    (a widening: the table needs ``delta.enableTypeWidening``), one commit each."""
+    for f in fields:
+        spark.sql(f"ALTER TABLE {quote_path(location)} ALTER COLUMN {quote(f.name)} "
+                  f"TYPE {f.dataType.simpleString()}")
+
+
 def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     """Remove what a ``CREATE TABLE`` killed before its first commit leaves at ``location``:
     a ``_delta_log`` folder holding nothing, or only the hidden temporary file of the commit
@@ -256,6 +265,13 @@ def append(df: DataFrame, location: str, writer_id: str | None = None,
     writer.save(location)
 
 
+def overwrite(df: DataFrame, location: str, *, new_schema: bool = False) -> None:
+    """Replace every row of the Delta table at ``location`` with ``df``, in one commit; with
+    ``new_schema``, its columns as well (``overwriteSchema``)."""
+    df.write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", str(new_schema).lower()).save(location)
+
+
 def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = None) -> None:
     """Replace the rows matching ``where`` in the Delta table at ``location`` with ``df``, in
     one commit (``replaceWhere``); every row of ``df`` must match ``where``.
@@ -267,6 +283,12 @@ def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = Non
     if tag:  # (a writer's batch, as append tags it: batch_commit finds it)
         writer = writer.option("userMetadata", tag)
     writer.save(location)
+
+
+def delete_rows(spark: SparkSession, location: str, where: str | None = None) -> None:
+    """Delete the rows matching ``where`` (None: all of them) from the Delta table at
+    ``location``, in one commit."""
+    spark.sql(f"DELETE FROM {quote_path(location)}" + (f" WHERE {where}" if where else ""))
 
 
 def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,
@@ -411,6 +433,12 @@ def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
 def set_properties(spark: SparkSession, table: str, properties: Mapping[str, str]) -> None:
     """Set ``properties`` on a Delta table, in one commit."""
     spark.sql(f"ALTER TABLE {_sql_table(table)} SET TBLPROPERTIES ({_assignments(properties)})")
+
+
+def unset_properties(spark: SparkSession, table: str, names: Sequence[str]) -> None:
+    """Remove the properties ``names`` from a Delta table (those it has), in one commit."""
+    listed = ", ".join(sql_string(n) for n in names)
+    spark.sql(f"ALTER TABLE {_sql_table(table)} UNSET TBLPROPERTIES IF EXISTS ({listed})")
 
 
 def _assignments(properties: Mapping[str, str]) -> str:

@@ -50,9 +50,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, RebuildMethod, Table
-from framework.delta import is_delta_table, latest_commit, read_table, sql_string
+from framework.delta import (
+    delete_rows,
+    is_delta_table,
+    latest_commit,
+    read_table,
+    unset_properties,
+)
 from framework.errors import JobError, OperationOpenError, StorageError, UsageError
-from framework.identifiers import quote_path
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.logging import get_logger
@@ -325,13 +330,11 @@ class Refresh:
                     continue
                 log.info("refresh.table.resetting", table=t.table, location=target.location,
                          rows="the slice's" if t.where else "all")
-                self.spark.sql(f"DELETE FROM {quote_path(target.location)}"
-                               + (f" WHERE {t.where}" if t.where else ""))
+                delete_rows(self.spark, target.location, t.where)
             # what its rows were built from and with goes with them (all of them)
             if not t.where and t.targets and is_delta_table(self.spark, t.targets[0].location):
-                names = ", ".join(sql_string(p) for p in (*t.properties, SPEC_WRITTEN))
-                self.spark.sql(f"ALTER TABLE {quote_path(t.targets[0].location)} "
-                               f"UNSET TBLPROPERTIES IF EXISTS ({names})")
+                unset_properties(self.spark, t.targets[0].location,
+                                 (*t.properties, SPEC_WRITTEN))
             log.info("refresh.table.reset", table=t.table)
 
     def _rebuild(self, op: str, plan: RefreshPlan, log: Any) -> RunSummary:
