@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -33,6 +33,7 @@ from framework.delta import (
     create_table,
     detail,
     latest_commit,
+    overwrite,
     replace_rows,
     set_properties,
     sql_string,
@@ -238,40 +239,54 @@ class MartJob(Job):
         versions = {fact: _version(spark, fact, fact_detail),
                     **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
-        df = spark.sql(query)
-        # Partitioned like the fact when it keeps the fact's partition columns (a mart that
-        # groups them away is rebuilt whole).
-        partitions = list(fact_detail["partitionColumns"] or [])
-        if not all(c in df.columns for c in partitions):
-            partitions = []
-        # The columns carry their comments, so that a rebuild with new columns keeps them.
-        df = df.select(*[F.col(quote(f.name)).alias(f.name, metadata={"comment": comments[f.name]})
-                         for f in df.schema])
-        schema = df.schema
-        created = create_table(spark, mart, schema, self.table.location,
+        df, partitions = _commented(spark.sql(query), comments, fact_detail)
+        created = create_table(spark, mart, df.schema, self.table.location,
                                partition_by=partitions, comment=comment)
         properties = {} if created else table_properties(spark, mart)
-        built = json.loads(properties.get(VERSIONS, "{}"))
         definition = json.dumps(self.spec.definition(), sort_keys=True)
-        new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
+        new_columns = not created and _columns(spark.table(mart).schema) != _columns(df.schema)
+        reason, changed = self._rebuild_scope(properties, definition, new_columns, versions,
+                                              (fact, fact_detail["location"]), dims, partitions)
+        self._write(df, partitions, reason, changed, new_columns)
+        set_properties(spark, mart, {VERSIONS: json.dumps(versions, sort_keys=True),
+                                     DEFINITION: definition})
+        self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
+                      full_rebuild=reason, partitions_rebuilt=changed)
+        return {"full_rebuild": int(reason is not None),
+                "partitions_rebuilt": len(changed or [])}
+
+    def _rebuild_scope(self, properties: dict[str, str], definition: str, new_columns: bool,
+                       versions: dict[str, int | None], fact_at: tuple[str, str],
+                       dims: list[str], partitions: list[str]
+                       ) -> tuple[str | None, list[tuple[str | None, ...]] | None]:
+        """Why the mart is rebuilt whole, or None and the fact partitions whose rows changed
+        since the versions it was built from (kept in its ``properties``). ``versions``: those
+        of the fact and of ``dims`` now; ``fact_at``: the fact's name and location."""
+        fact, fact_location = fact_at
+        built = json.loads(properties.get(VERSIONS, "{}"))
         reason = "the mart's columns changed" if new_columns else \
             _full_rebuild_reason(built, versions, fact, dims, partitions)
         if reason is None and properties.get(DEFINITION, definition) != definition:
             # (a mart built before definitions were recorded has none: taken as the same)
             reason = "the mart's definition changed (its filter, grouping, aggregates or joins)"
-        changed: list[tuple[str | None, ...]] | None = None
-        if reason is None:
-            changed = _changed_partitions(spark, fact_detail["location"], built[fact],
-                                          versions[fact], partitions)
-            if changed is None:
-                reason = (f"the change data feed of {fact} cannot say what changed between "
-                          f"versions {built[fact]} and {versions[fact]} (not recorded, "
-                          f"{CHANGE_FEED} is off, or its schema changed)")
-        writer = df.write.format("delta").mode("overwrite")
+        if reason is not None:
+            return reason, None
+        changed = _changed_partitions(self.spark, fact_location, built[fact], versions[fact],
+                                      partitions)
+        if changed is None:
+            return (f"the change data feed of {fact} cannot say what changed between "
+                    f"versions {built[fact]} and {versions[fact]} (not recorded, "
+                    f"{CHANGE_FEED} is off, or its schema changed)"), None
+        return None, changed
+
+    def _write(self, df: DataFrame, partitions: list[str], reason: str | None,
+               changed: list[tuple[str | None, ...]] | None, new_columns: bool) -> None:
+        """Overwrite the mart whole (``reason``: why), or replace the ``changed`` partitions."""
+        mart = self.table.full_name
         self.log.debug("gold.mart.writing", mart=mart, full_rebuild=reason,
                        partitions=len(changed or []))
         if reason is not None:
-            writer.option("overwriteSchema", str(new_columns).lower()).save(self.table.location)
+            overwrite(df, self.table.location, new_schema=new_columns)
             self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)
         elif changed:
             condition = " OR ".join(
@@ -279,12 +294,6 @@ class MartJob(Job):
                                    for c, v in zip(partitions, values, strict=True)) + ")"
                 for values in changed)
             replace_rows(df.where(condition), self.table.location, condition)
-        set_properties(spark, mart, {VERSIONS: json.dumps(versions, sort_keys=True),
-                                     DEFINITION: definition})
-        self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
-                      full_rebuild=reason, partitions_rebuilt=changed)
-        return {"full_rebuild": int(reason is not None),
-                "partitions_rebuilt": len(changed or [])}
 
     def _require(self, name: str) -> None:
         if not self.spark.catalog.tableExists(name):
@@ -332,6 +341,18 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     finally:
         for view in views:
             spark.catalog.dropTempView(view)
+
+
+def _commented(df: DataFrame, comments: dict[str, str], fact_detail: dict[str, Any]
+               ) -> tuple[DataFrame, list[str]]:
+    """The join's rows with their columns' comments, so that a rebuild with new columns keeps
+    them, and its partition columns: the fact's when it keeps them all (a mart that groups
+    them away is rebuilt whole)."""
+    partitions = list(fact_detail["partitionColumns"] or [])
+    if not all(c in df.columns for c in partitions):
+        partitions = []
+    return df.select(*[F.col(quote(f.name)).alias(f.name, metadata={"comment": comments[f.name]})
+                       for f in df.schema]), partitions
 
 
 def _version(spark: SparkSession, name: str,
