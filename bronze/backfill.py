@@ -44,6 +44,7 @@ from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, CleanSource
 from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
 from framework.config.model import Table
+from framework.delta import read_table
 from framework.errors import JobError, UsageError
 from framework.storage import Storage, from_uri, local_path
 from framework.timeslice import TimeSlice
@@ -124,7 +125,7 @@ def known_in_folder(job: BackfillJob) -> KnownFiles:
     own = {local_path(f.path): f.size for f in listed}
     in_landing = {f"{landing}/{job.key_of(p)}": p for p in own}
     candidates = job.spark.createDataFrame([(p,) for p in [*own, *in_landing]], "path string")
-    rows = job.spark.read.format("delta").load(job.table.companion_location("files")) \
+    rows = read_table(job.spark, job.table.companion_location("files")) \
         .where(F.col("status").isin(sorted(INGESTED)) & (F.col("batch_id") >= 0)) \
         .join(F.broadcast(candidates), "path").select("path", "size", "batch_id") \
         .collect()

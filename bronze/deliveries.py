@@ -89,7 +89,7 @@ from bronze.reconcile import write_manifest
 from bronze.spec import BronzeTableSpec, CleanSource, Redelivery
 from framework.checkpoint import batch_source_files, last_committed_batch
 from framework.config.model import Table
-from framework.delta import append
+from framework.delta import append, read_table
 from framework.errors import StorageError
 from framework.storage import FileInfo, Storage, archive_target, from_uri, local_path
 
@@ -452,7 +452,7 @@ class Deliveries:
     def _ledger_rows(self, paths: list[str], keys: list[str]) -> list[Entry]:
         """The ledger rows of ``paths``, and those of files backfilled under ``keys`` (their
         paths under landing): one read."""
-        rows = self.spark.read.format("delta").load(self.ledger) \
+        rows = read_table(self.spark, self.ledger) \
             .where(F.col("path").isin(sorted(set(paths)))
                    | ((F.col("batch_id") >= BACKFILL_BASE)
                       & F.col("file_key").isin(sorted(set(keys))))) \

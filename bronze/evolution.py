@@ -43,9 +43,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.delta import create_table, literal_rows
+from framework.delta import (
+    add_columns,
+    append,
+    create_table,
+    literal_rows,
+    read_table,
+    set_properties,
+    widen_columns,
+)
 from framework.errors import ConfigError
-from framework.identifiers import quote, quote_path
 from framework.sqlcheck import parse_schema as parse_ddl
 
 SCHEMA_HISTORY = StructType([
@@ -103,12 +110,11 @@ class SchemaHistory:
                      comment="Every schema of the feed, with the batch it took effect at")
 
     def rows(self) -> list[dict[str, Any]]:
-        df = self.spark.read.format("delta").load(self.location)
+        df = read_table(self.spark, self.location)
         return [r.asDict() for r in df.orderBy("version").collect()]
 
     def table_records(self) -> StructType:
-        return records_of(self.spark.read.format("delta").load(self.bronze).schema,
-                          self.internal)
+        return records_of(read_table(self.spark, self.bronze).schema, self.internal)
 
     def apply_spec(self, spec: StructType, *, file: str, batch_id: int) -> StructType:
         """Bring the table to the spec's schema (add its new columns, widen types) and record
@@ -131,12 +137,9 @@ class SchemaHistory:
                         "history; add a new column instead", file=file, key="source.schema")
                 widened.append(StructField(old.name, f.dataType))
         if widened:
-            self.spark.sql(f"ALTER TABLE {quote_path(self.bronze)} SET TBLPROPERTIES "
-                           f"('{WIDENING}' = 'true')")
-            for f in widened:
-                self.spark.sql(f"ALTER TABLE {quote_path(self.bronze)} ALTER COLUMN "
-                               f"{quote(f.name)} TYPE {f.dataType.simpleString()}")
-        self._add(added)
+            set_properties(self.spark, self.bronze, {WIDENING: "true"})
+            widen_columns(self.spark, self.bronze, widened)
+        add_columns(self.spark, self.bronze, added)
         schema = self.table_records()
         # Without a change from the spec, a schema not recorded yet is that of a batch whose
         # run stopped between altering the table and recording it.
@@ -152,15 +155,10 @@ class SchemaHistory:
         fields = [StructField(n, t) for n, t in new.items() if n.lower() not in have]
         self.log.debug("bronze.schema.changing", batch_id=batch_id,
                        columns=[f.name for f in fields])
-        self._add(fields)
+        add_columns(self.spark, self.bronze, fields)
         schema = self.table_records()
         self.record(schema, batch_id, cause=cause)
         return schema
-
-    def _add(self, fields: Sequence[StructField]) -> None:
-        if fields:
-            columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
-            self.spark.sql(f"ALTER TABLE {quote_path(self.bronze)} ADD COLUMNS ({columns})")
 
     def record(self, schema: StructType, batch_id: int, *, cause: SchemaCause) -> bool:
         """Append ``schema`` as the feed's next version unless it is the last one recorded,
@@ -180,8 +178,7 @@ class SchemaHistory:
         now = datetime.now(UTC).replace(tzinfo=None)
         row = (len(rows) + 1, batch_id, ddl, ", ".join(added) or None,
                ", ".join(widened) or None, cause.value, now)
-        literal_rows(self.spark, [row], SCHEMA_HISTORY).write.format("delta").mode(
-            "append").save(self.location)
+        append(literal_rows(self.spark, [row], SCHEMA_HISTORY), self.location)
         self.log.info("bronze.schema.changed", version=len(rows) + 1, batch_id=batch_id,
                       cause=cause.value, added=added, widened=widened)
         return True

@@ -34,7 +34,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from bronze.batch import BATCH_ID, SOURCE_FILE
 from bronze.checks import rows_per_file
 from bronze.spec import FileStatus
-from framework.delta import literal_rows, version_rows
+from framework.delta import literal_rows, read_table, version_rows
 
 # The first ledger batch of backfills (bronze.backfill): no landing query reaches it.
 BACKFILL_BASE = 10**12
@@ -134,7 +134,7 @@ def ledger_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]]) -> Data
 
 def read_batch(spark: SparkSession, ledger: str, batch_id: int) -> list[dict[str, Any]]:
     """The ledger rows of one batch (its partition only)."""
-    rows = spark.read.format("delta").load(ledger).where(F.col("batch_id") == batch_id)
+    rows = read_table(spark, ledger).where(F.col("batch_id") == batch_id)
     return [r.asDict() for r in rows.collect()]
 
 
@@ -146,5 +146,5 @@ def commit_rows_per_file(spark: SparkSession, location: str, version: int | None
     the table); without a version, from the whole table. A batch's one append holds all its
     rows, written now or before a restart."""
     rows = version_rows(spark, location, version) if version is not None else \
-        spark.read.format("delta").load(location)
+        read_table(spark, location)
     return rows_per_file(rows.where(F.col(BATCH_ID) == batch_id), SOURCE_FILE)

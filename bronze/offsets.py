@@ -22,13 +22,13 @@ def partition_offsets(spark: Any, locations: Sequence[str], topics: list[str] | 
     """Per topic and partition: the next offset bronze will read (one past the highest it
     holds, in the tables at ``locations``: bronze and its quarantine), the latest offset of
     the topic (asked with the Kafka client settings ``client``), and the lag."""
-    from framework.delta import is_delta_table
+    from framework.delta import is_delta_table, read_table
 
     reached: dict[tuple[str, int], int] = {}
     for loc in locations:
         if not is_delta_table(spark, loc):
             continue
-        for row in spark.read.format("delta").load(loc).groupBy(TOPIC, PARTITION) \
+        for row in read_table(spark, loc).groupBy(TOPIC, PARTITION) \
                 .agg(F.max(OFFSET).alias("m")).collect():
             key = (row[TOPIC], int(row[PARTITION]))
             reached[key] = max(reached.get(key, 0), int(row["m"]) + 1)

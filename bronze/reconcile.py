@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from bronze.ledger import FileStatus, ledger_frame
 from bronze.spec import CleanSource
 from framework.checkpoint import last_committed_batch, last_reconciled_batch, mark_reconciled
-from framework.delta import replace_rows
+from framework.delta import read_table, replace_rows
 from framework.errors import StorageError
 from framework.storage import FileInfo, Storage, archive_target, local_path
 
@@ -191,7 +191,7 @@ class Reconciler:
                    ) -> dict[int, list[dict[str, Any]]]:
         """Every ledger row of the committed batches (not in ``skip``) that have a file in a
         ``pending`` status, by batch."""
-        ledger = self.spark.read.format("delta").load(self.ledger)
+        ledger = read_table(self.spark, self.ledger)
         # (not partition -1: deliveries settled at a run's start, never by a batch)
         ledger = ledger.where((F.col("batch_id") >= 0) & (F.col("batch_id") <= committed)
                               & ~F.col("batch_id").isin(list(skip)))

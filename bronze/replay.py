@@ -38,7 +38,7 @@ from bronze.ledger import BatchCounts, ledger_frame
 from bronze.reconcile import Reconciler
 from bronze.spec import replayed
 from framework.config.model import Layer, Table
-from framework.delta import replace_rows
+from framework.delta import read_table, replace_rows
 from framework.errors import JobError
 from framework.job import Job, RunStatus, TableRunSummary
 from framework.storage import Storage, local_path, storage_for
@@ -51,7 +51,7 @@ REFRESH = "refresh"  # the ledger's ``ingestion`` of a file read again by a refr
 
 def ledger_batches(spark: Any, ledger: str) -> dict[int, list[dict[str, Any]]]:
     """The ledger's rows of every batch a query read (landing's and backfills'), by batch."""
-    rows = spark.read.format("delta").load(ledger).where(F.col("batch_id") >= 0).collect()
+    rows = read_table(spark, ledger).where(F.col("batch_id") >= 0).collect()
     batches: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         batches.setdefault(int(row["batch_id"]), []).append(row.asDict())

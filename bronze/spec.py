@@ -203,7 +203,7 @@ class BronzeTableSpec(TableSpec):
         spell it as Spark's URI)."""
         from pyspark.sql import functions as F
 
-        from framework.delta import is_delta_table, sql_string
+        from framework.delta import is_delta_table, read_table, sql_string
 
         chosen = {(int(r["batch_id"]), r["path"])
                   for r in self._replayed(spark, table, replay_slice)}
@@ -214,7 +214,7 @@ class BronzeTableSpec(TableSpec):
         for location in (table.location, table.companion_location("quarantine")):
             if not is_delta_table(spark, location):
                 continue
-            found = spark.read.format("delta").load(location) \
+            found = read_table(spark, location) \
                 .where(F.col("_batch_id").isin(batches)) \
                 .select("_batch_id", "_source_file").distinct().collect()
             pairs |= {(int(r[0]), r[1]) for r in found
@@ -225,12 +225,12 @@ class BronzeTableSpec(TableSpec):
     def _replayed(self, spark: Any, table: Table,
                   replay_slice: TimeSlice | None) -> list[dict[str, Any]]:
         """The ledger rows of the files a refresh reads again (:func:`replayed`)."""
-        from framework.delta import is_delta_table
+        from framework.delta import is_delta_table, read_table
 
         ledger = table.companion_location("files")
         if not is_delta_table(spark, ledger):
             return []
-        rows = spark.read.format("delta").load(ledger).where("batch_id >= 0").collect()
+        rows = read_table(spark, ledger).where("batch_id >= 0").collect()
         return [r.asDict() for r in rows if replayed(r.asDict(), replay_slice)]
 
     def landing(self, table: Table) -> str:

@@ -84,7 +84,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from framework.delta import merge, merge_clauses
+from framework.delta import merge, merge_clauses, read_table
 from framework.identifiers import quote
 
 OP = "_op"
@@ -163,6 +163,13 @@ class ChangeApplier:
         # snapshot is read from the log's history); else each key's newest.
         self.every_event = changes.versions or changes.snapshots
 
+    @property
+    def logged_at(self) -> str:
+        """The change log's location (of logged changes)."""
+        if self.log_location is None:
+            raise ValueError("expected logged changes, found changes without a log")
+        return self.log_location
+
     # ------------------------------------------------------------------ one batch
     def apply(self, batch: DataFrame,
               append: Callable[[DataFrame, str], None] | None = None, *,
@@ -190,8 +197,8 @@ class ChangeApplier:
         if not counts.get(False):
             ahead = None  # (every key is ahead)
         self._log(events, append)
-        log = spark.read.format("delta").load(self.log_location)
-        table = spark.read.format("delta").load(self.location)
+        log = read_table(spark, self.logged_at)
+        table = read_table(spark, self.location)
         if forward:
             figures = self._write_difference(
                 table, *self._versions_ahead(log, table, events, ahead))
@@ -260,10 +267,9 @@ class ChangeApplier:
         takes every event, appended once per batch: an event delivered again in another batch
         is kept twice, which changes nothing (a key's events are folded one per sequence).
         SCD1's keeps each key's newest event."""
-        assert self.log_location is not None
         columns = events.columns
         if self.every_event:
-            append(events, self.log_location)
+            append(events, self.logged_at)
             return
         # SCD1: a key's newest event (a removal wins a tie), and every truncate.
         removal = F.col(OP) != ChangeOp.UPSERT.value
@@ -278,7 +284,7 @@ class ChangeApplier:
               f"AND (s.{op} <> {truncate} OR t.{seq} = s.{seq})")
         newer = (f"s.{op} <> {truncate} AND (s.{seq} > t.{seq} OR (s.{seq} = t.{seq} "
                  f"AND s.{op} = {sql_op(ChangeOp.DELETE)} AND t.{op} = {sql_op(ChangeOp.UPSERT)}))")
-        merge_clauses(events, self.log_location, on,
+        merge_clauses(events, self.logged_at, on,
                       [f"WHEN MATCHED AND {newer} THEN UPDATE SET *",
                        "WHEN NOT MATCHED THEN INSERT *"])
 
@@ -360,8 +366,7 @@ class ChangeApplier:
         the batch is newer than every event the log holds of the key and than every truncate
         in it; None when every key is. Computed now, eagerly: the log is about to take the
         batch's events. With how many keys are ahead (True) and how many not (False)."""
-        assert self.log_location is not None
-        log = events.sparkSession.read.format("delta").load(self.log_location)
+        log = read_table(events.sparkSession, self.logged_at)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
         # A batch entirely newer than the log (a stream in order): every key is ahead, which
         # the log's newest sequence tells without reading the log by key (from its files'

@@ -1,9 +1,34 @@
-"""Small Delta helpers shared by the layers."""
+"""The Delta operations the layers use, one function each; the layers reach Delta through
+this module (in the spirit of delta-spark's ``tables.py``).
+
+Everything here is Spark SQL or the DataFrame API, so that a classic session and a Spark
+Connect one run it alike: delta-spark's Python ``DeltaTable`` needs Delta's Connect plugin on
+the server, which Spark Connect servers do not have by default. A table is given by its
+location; where a parameter is called ``table``, by its catalog name
+(``catalog.schema.table``) as well.
+
+- Tables: :func:`create_table`, :func:`is_delta_table`, :func:`detail`,
+  :func:`add_columns`, :func:`add_missing_columns`, :func:`widen_columns`,
+  :func:`clear_unfinished_create`, :func:`optimize`.
+- Reads: :func:`read_table` (by location, at a version), :func:`change_feed`, :func:`version_rows`.
+- Writes: :func:`append` (tagged with a writer's batch: idempotent with :func:`batch_commit`
+  and :class:`BatchCommits`), :func:`overwrite`, :func:`replace_rows` (``replaceWhere``),
+  :func:`delete_rows`, :func:`merge`, :func:`merge_clauses`.
+- History: :func:`history`, :func:`latest_commit` (the current version),
+  :func:`batch_commit`.
+- Properties: :func:`table_properties`, :func:`set_properties`, :func:`unset_properties`,
+  :func:`change_feed_enabled`.
+- Small tables and SQL text: :func:`literal_rows`, :func:`schema_ddl`, :func:`sql_string`.
+
+The streaming source and sink of a table (``readStream``/``writeStream``) stay with the job
+that runs the query (:mod:`framework.job`).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -106,7 +131,7 @@ def create_table(
     """
     replace = rebuild and is_delta_table(spark, location) \
         and _other_layout(spark, location, schema, partition_by, cluster_by) \
-        and spark.read.format("delta").load(location).isEmpty()
+        and read_table(spark, location).isEmpty()
     if not replace and spark.catalog.tableExists(name):
         return False
     if not replace:
@@ -121,8 +146,7 @@ def create_table(
         parts.append(f"COMMENT {sql_string(comment)}")
     parts.append(f"LOCATION {sql_string(location)}")
     if properties:
-        props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
-        parts.append(f"TBLPROPERTIES ({props})")
+        parts.append(f"TBLPROPERTIES ({_assignments(properties)})")
     spark.sql(" ".join(parts))
     return True
 
@@ -131,32 +155,52 @@ def _other_layout(spark: SparkSession, location: str, schema: StructType,
                   partition_by: Sequence[str], cluster_by: Sequence[str] = ()) -> bool:
     """Whether the Delta table at ``location`` has other columns (names and types, in order),
     another partitioning or other clustering columns than asked."""
-    have = spark.read.format("delta").load(location).schema
+    have = read_table(spark, location).schema
     if [(f.name.lower(), f.dataType.simpleString()) for f in have.fields] != \
             [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]:
         return True
-    row = spark.sql(f"DESCRIBE DETAIL {quote_path(location)}").first()
-    if row is None:
+    found = detail(spark, location)
+    if not found:
         return False
-    detail = row.asDict()
 
     def lower(names: Sequence[str] | None) -> list[str]:
         return [c.lower() for c in names or []]
 
-    return lower(detail["partitionColumns"]) != lower(partition_by) or \
-        lower(detail.get("clusteringColumns")) != lower(cluster_by)
+    return lower(found["partitionColumns"]) != lower(partition_by) or \
+        lower(found.get("clusteringColumns")) != lower(cluster_by)
+
+
+def detail(spark: SparkSession, table: str) -> dict[str, Any]:
+    """The table's ``DESCRIBE DETAIL`` row (format, location, partition and clustering
+    columns, files, size...); empty when there is none. It reconstructs the state of every
+    file: where the schema is enough, :func:`read_table` costs less."""
+    row = spark.sql(f"DESCRIBE DETAIL {_sql_table(table)}").first()
+    return row.asDict() if row is not None else {}
 
 
 def add_missing_columns(spark: SparkSession, location: str, schema: StructType) -> list[str]:
     """Add to the Delta table at ``location`` the columns of ``schema`` it lacks (nullable,
     at the end): a table made by an earlier version keeps its rows. Returns those added."""
-    have = {n.lower() for n in spark.read.format("delta").load(location).columns}
+    have = {n.lower() for n in read_table(spark, location).columns}
     missing = [f for f in schema.fields if f.name.lower() not in have]
-    if missing:
-        columns = ", ".join(f"{quote_all([f.name])} {f.dataType.simpleString()}"
-                            for f in missing)
-        spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
+    add_columns(spark, location, missing)
     return [f.name for f in missing]
+
+
+def add_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
+    """Add ``fields`` to the Delta table at ``location``, nullable, at the end (none: no
+    commit)."""
+    if fields:
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
+
+
+def widen_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
+    """Change the type of each of ``fields`` in the Delta table at ``location`` to the field's
+    (a widening: the table needs ``delta.enableTypeWidening``), one commit each."""
+    for f in fields:
+        spark.sql(f"ALTER TABLE {quote_path(location)} ALTER COLUMN {quote(f.name)} "
+                  f"TYPE {f.dataType.simpleString()}")
 
 
 def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
@@ -196,8 +240,7 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
     """Compact a Delta table; a clustered table is laid out by its clustering columns, and
     ``zorder_by`` Z-orders a table that is not clustered (older Delta versions). Returns the
     operation's metrics (files added and removed)."""
-    detail = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").first()
-    clustered = bool(detail and detail.asDict().get("clusteringColumns"))
+    clustered = bool(detail(spark, name).get("clusteringColumns"))
     statement = f"OPTIMIZE {quote_name(name)}"
     if zorder_by and not clustered:
         statement += f" ZORDER BY ({quote_all(zorder_by)})"
@@ -207,15 +250,26 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
         "clustered": clustered}
 
 
-def append(df: DataFrame, location: str, writer_id: str, batch_id: int) -> None:
-    """Append ``df`` to the Delta table at ``location`` in one commit tagged
-    ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit` finds it.
+def append(df: DataFrame, location: str, writer_id: str | None = None,
+           batch_id: int | None = None) -> None:
+    """Append ``df`` to the Delta table at ``location`` in one commit; with ``writer_id``,
+    tagged ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit`
+    finds it.
 
     Delta's idempotent-write options (``txnAppId``/``txnVersion``) are not used: in Delta 4.4
     their lookup rebuilds the table's state from its log on every append. A writer that may
     replay a batch asks :func:`batch_commit` first (see :meth:`BatchCommits.written_before`)."""
-    df.write.format("delta").mode("append").option(
-        "userMetadata", f"{writer_id}:{batch_id}").save(location)
+    writer = df.write.format("delta").mode("append")
+    if writer_id is not None:
+        writer = writer.option("userMetadata", f"{writer_id}:{batch_id}")
+    writer.save(location)
+
+
+def overwrite(df: DataFrame, location: str, *, new_schema: bool = False) -> None:
+    """Replace every row of the Delta table at ``location`` with ``df``, in one commit; with
+    ``new_schema``, its columns as well (``overwriteSchema``)."""
+    df.write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", str(new_schema).lower()).save(location)
 
 
 def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = None) -> None:
@@ -231,6 +285,12 @@ def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = Non
     writer.save(location)
 
 
+def delete_rows(spark: SparkSession, location: str, where: str | None = None) -> None:
+    """Delete the rows matching ``where`` (None: all of them) from the Delta table at
+    ``location``, in one commit."""
+    spark.sql(f"DELETE FROM {quote_path(location)}" + (f" WHERE {where}" if where else ""))
+
+
 def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,
                  page: int = 10) -> int | None:
     """The version of the commit in which ``writer_id`` appended ``batch_id`` to the Delta table
@@ -242,8 +302,7 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
     """
     limit = page
     while True:
-        rows = spark.sql(f"DESCRIBE HISTORY {quote_path(location)} LIMIT {int(limit)}") \
-            .select("version", "userMetadata").collect()
+        rows = history(spark, location, limit).select("version", "userMetadata").collect()
         for row in sorted(rows, key=lambda r: -r["version"]):
             writer, _, batch = (row["userMetadata"] or "").rpartition(":")
             if writer == writer_id and batch.isdigit() and int(batch) <= batch_id:
@@ -325,7 +384,7 @@ def is_delta_table(spark: SparkSession, location: str) -> bool:
     try:
         # Its schema: Delta reads the log's protocol and metadata only (DESCRIBE DETAIL also
         # reconstructs the state of every file, about a second for each new version)
-        schema = spark.read.format("delta").load(location).schema
+        schema = read_table(spark, location).schema
     except Exception:  # no table Delta can read there (a missing or empty log)
         return False
     return schema is not None
@@ -361,24 +420,78 @@ def merge_clauses(source: DataFrame, location: str, on: str, clauses: Sequence[s
 
 def change_feed_enabled(spark: SparkSession, location: str) -> bool:
     """Whether the Delta table at ``location`` records its change data feed."""
-    row = spark.sql(
-        f"SHOW TBLPROPERTIES {quote_path(location)} ({sql_string(CHANGE_FEED)})"
-    ).first()
-    return row is not None and str(row["value"]).lower() == "true"
+    return table_properties(spark, location).get(CHANGE_FEED, "").lower() == "true"
 
 
-def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
-    """The table properties of the Delta table at ``location`` (none when there is no table:
-    ``SHOW TBLPROPERTIES`` reads the log's metadata only)."""
-    if not is_delta_table(spark, location):
-        return {}
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_path(location)}").collect()
+def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    """The properties of a Delta table (``SHOW TBLPROPERTIES`` reads the log's metadata
+    only)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {_sql_table(table)}").collect()
     return {r["key"]: r["value"] for r in rows}
+
+
+def set_properties(spark: SparkSession, table: str, properties: Mapping[str, str]) -> None:
+    """Set ``properties`` on a Delta table, in one commit."""
+    spark.sql(f"ALTER TABLE {_sql_table(table)} SET TBLPROPERTIES ({_assignments(properties)})")
+
+
+def unset_properties(spark: SparkSession, table: str, names: Sequence[str]) -> None:
+    """Remove the properties ``names`` from a Delta table (those it has), in one commit."""
+    listed = ", ".join(sql_string(n) for n in names)
+    spark.sql(f"ALTER TABLE {_sql_table(table)} UNSET TBLPROPERTIES IF EXISTS ({listed})")
+
+
+def _assignments(properties: Mapping[str, str]) -> str:
+    return ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+
+
+def read_table(spark: SparkSession, location: str, *, version: int | None = None) -> DataFrame:
+    """The Delta table at ``location``; with ``version``, as that commit left it."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(location)
+
+
+def change_feed(spark: SparkSession, location: str, start: int, end: int) -> DataFrame:
+    """The rows that the commits ``start`` to ``end`` (both included) of the Delta table at
+    ``location`` inserted, updated and deleted, from its change data feed (``_change_type``,
+    ``_commit_version``...). Reading it fails (``AnalysisException``) when a commit in the
+    range recorded none, or changed the schema."""
+    return (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", start).option("endingVersion", end).load(location))
 
 
 def version_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
     """The rows one commit added to a table whose change data feed is on: read from that
     commit's own files, without listing the rest of the table."""
-    return (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", version).option("endingVersion", version)
-            .load(location).where(F.col("_change_type") == "insert"))
+    return change_feed(spark, location, version, version) \
+        .where(F.col("_change_type") == "insert")
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A commit of a Delta table, as its history gives it."""
+
+    version: int
+    timestamp: datetime  # naive, the local time (as PySpark gives a TIMESTAMP)
+
+
+def history(spark: SparkSession, table: str, limit: int | None = None) -> DataFrame:
+    """The table's history (``DESCRIBE HISTORY``), newest commit first; with ``limit``, the
+    newest so many commits only."""
+    text = f"DESCRIBE HISTORY {_sql_table(table)}"
+    return spark.sql(text if limit is None else f"{text} LIMIT {int(limit)}")
+
+
+def latest_commit(spark: SparkSession, table: str) -> Commit | None:
+    """The newest commit of a Delta table, whose version is the table's current one (None:
+    its history holds none)."""
+    row = history(spark, table, 1).select("version", "timestamp").first()
+    return Commit(int(row["version"]), row["timestamp"]) if row is not None else None
+
+
+def _sql_table(table: str) -> str:
+    """A table in SQL: a location (it holds a ``/``) as ``delta.`<location>```, a catalog name
+    (validated identifiers, never a ``/``) quoted part by part."""
+    return quote_path(table) if "/" in table else quote_name(table)

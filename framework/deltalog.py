@@ -104,32 +104,30 @@ def table_uri(location: str, env: Environment) -> tuple[str, dict[str, str]]:
 def storage_options(env: Environment) -> dict[str, str]:
     """``deltalake``'s options (object_store's Azure keys) for the environment's ADLS account,
     from its ``storage`` settings, secrets resolved here, at the moment of use."""
+    from framework.storage.adls import resolve_access
+
     settings = env.storage
     if settings is None:
         return {}
-    options = {"azure_storage_account_name": settings.account}
-    method = settings.auth
-    if method is AzureAuthMethod.ACCOUNT_KEY and settings.account_key:
-        options["azure_storage_account_key"] = settings.account_key.resolve()
-    elif method is AzureAuthMethod.SAS and settings.sas_token:
-        options["azure_storage_sas_key"] = settings.sas_token.resolve().lstrip("?")
-    elif method is AzureAuthMethod.SERVICE_PRINCIPAL:
-        options.update({"azure_storage_client_id": settings.client_id or "",
-                        "azure_storage_tenant_id": settings.tenant_id or ""})
-        if settings.client_secret:
-            options["azure_storage_client_secret"] = settings.client_secret.resolve()
-    elif method is AzureAuthMethod.WORKLOAD_IDENTITY:
-        import os
-
-        options.update({"azure_storage_client_id": settings.client_id or "",
-                        "azure_storage_tenant_id": settings.tenant_id or "",
-                        "azure_federated_token_file":
-                            os.environ.get("AZURE_FEDERATED_TOKEN_FILE", "")})
-    elif method is AzureAuthMethod.MANAGED_IDENTITY:
+    a = resolve_access(settings)
+    options = {"azure_storage_account_name": a.account}
+    if a.auth is AzureAuthMethod.ACCOUNT_KEY:
+        options["azure_storage_account_key"] = a.secret
+    elif a.auth is AzureAuthMethod.SAS:
+        options["azure_storage_sas_key"] = a.secret
+    elif a.auth is AzureAuthMethod.SERVICE_PRINCIPAL:
+        options.update({"azure_storage_client_id": a.client_id,
+                        "azure_storage_tenant_id": a.tenant_id,
+                        "azure_storage_client_secret": a.secret})
+    elif a.auth is AzureAuthMethod.WORKLOAD_IDENTITY:
+        options.update({"azure_storage_client_id": a.client_id,
+                        "azure_storage_tenant_id": a.tenant_id,
+                        "azure_federated_token_file": a.token_file})
+    elif a.auth is AzureAuthMethod.MANAGED_IDENTITY:
         # object_store asks the instance metadata endpoint when no other credential is given
-        if settings.client_id:
-            options["azure_storage_client_id"] = settings.client_id
-    elif method is AzureAuthMethod.DEFAULT:
+        if a.client_id:
+            options["azure_storage_client_id"] = a.client_id
+    elif a.auth is AzureAuthMethod.DEFAULT:
         options["azure_use_azure_cli"] = "true"
     if settings.endpoint:
         options["azure_storage_endpoint"] = settings.endpoint.rstrip("/")

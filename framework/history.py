@@ -57,7 +57,7 @@ from pyspark.sql.types import (
 
 from framework.checkpoint import last_recorded_batch, mark_recorded
 from framework.config.model import Environment
-from framework.delta import add_missing_columns, create_table, literal_rows
+from framework.delta import add_missing_columns, append, create_table, literal_rows, read_table
 from framework.errors import first_line
 from framework.identifiers import quote_name
 from framework.listener import BatchProgress
@@ -221,7 +221,7 @@ class RunHistory:
             return
         values = [[row.get(name) for name in RUNS_SCHEMA.names] for row in rows]
         df = literal_rows(self.spark, values, RUNS_SCHEMA)
-        df.write.format("delta").mode("append").save(self.location)
+        append(df, self.location)
 
     def recorded_batches(self, table: str, query_id: str, since: int) -> set[int]:
         """The batches from ``since`` on of the table's query that have their row (committed
@@ -233,7 +233,7 @@ class RunHistory:
         return {int(r["batch_id"]) for r in rows}
 
     def read(self) -> DataFrame:
-        return self.spark.read.format("delta").load(self.location)
+        return read_table(self.spark, self.location)
 
 
 class BatchRecorder:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from framework.delta import detail
 from framework.errors import ScanNotFoundError
 from framework.jvm import executed_scans, is_connect
 from framework.text import render_table
@@ -148,16 +149,16 @@ def _table_totals(spark: SparkSession, table: str) -> tuple[int | None, int | No
     if not table:
         return None, None
     try:
-        detail = spark.sql(f"DESCRIBE DETAIL {quote_name(table)}").collect()[0]
+        found = detail(spark, table)
     except AnalysisException:  # not a Delta table: its totals are not known
         return None, None
-    columns = list(detail["partitionColumns"] or [])
+    columns = list(found["partitionColumns"] or [])
     partitions = None
     if columns:
         names = quote_all(columns)
         partitions = int(spark.sql(f"SELECT count(*) FROM (SELECT DISTINCT {names} FROM "
                                    f"{quote_name(table)})").collect()[0][0])
-    return partitions, int(detail["numFiles"])
+    return partitions, int(found["numFiles"])
 
 
 def _matches(name: str, wanted: str) -> bool:

@@ -50,9 +50,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from framework.config.model import Layer, ProjectConfig, RebuildMethod, Table
-from framework.delta import is_delta_table, sql_string
+from framework.delta import (
+    delete_rows,
+    is_delta_table,
+    latest_commit,
+    read_table,
+    unset_properties,
+)
 from framework.errors import JobError, OperationOpenError, StorageError, UsageError
-from framework.identifiers import quote_path
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.logging import get_logger
@@ -152,6 +157,21 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
     without ``downstream``, for tables that read a refreshed one, which would otherwise keep
     rows their source no longer has."""
     asked = [resolve_table(project, n) for n in names]
+    _check_asked(asked, replay_slice)
+    tables = project.fed_by(asked)
+    _check_readers(asked, tables, downstream)
+    for table in tables:
+        why = table.spec.rebuild_problem(spark, table, replay_slice)
+        if why:
+            raise UsageError(f"expected {table.full_name} to be one refresh can rebuild, "
+                             f"found that {why}")
+    planned = tuple(_planned_table(spark, table, replay_slice) for table in tables)
+    return RefreshPlan(planned, tuple(t.full_name for t in asked), replay_slice)
+
+
+def _check_asked(asked: list[Table], replay_slice: TimeSlice | None) -> None:
+    """Raise :class:`UsageError` unless refresh can rebuild every table asked for (with
+    ``replay_slice``, by replaying the files it was fed)."""
     for table in asked:
         why = table.spec.rebuild_refusal(table)
         if why:
@@ -165,8 +185,12 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
                              f"found {', '.join(whole)}: a refresh reads its source's whole "
                              f"history again (refresh it without a slice, or refresh the bronze "
                              f"feed with the slice and this table with --downstream)")
+
+
+def _check_readers(asked: list[Table], tables: Sequence[Table], downstream: bool) -> None:
+    """Raise :class:`UsageError` when tables that read those asked for (in ``tables``) are not
+    refreshed with them (no ``downstream``), or cannot be rebuilt."""
     chosen = {(t.layer, t.name) for t in asked}
-    tables = project.fed_by(asked)
     readers = [t for t in tables if (t.layer, t.name) not in chosen
                and t.spec.rebuild(t) is not None]
     if readers and not downstream:
@@ -180,39 +204,35 @@ def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
         if why:
             raise UsageError(f"expected every table downstream to be one refresh can rebuild, "
                              f"found {table.full_name}: {why}")
-    for table in tables:
-        why = table.spec.rebuild_problem(spark, table, replay_slice)
-        if why:
-            raise UsageError(f"expected {table.full_name} to be one refresh can rebuild, "
-                             f"found that {why}")
-    planned = []
-    for table in tables:
-        rebuild = table.spec.rebuild(table)
-        if rebuild is None:
-            planned.append(PlannedTable(table.full_name, table.layer.value, table.name, None))
-            continue
-        where = None
-        if replay_slice is not None and rebuild.method is RebuildMethod.REPLAY:
-            where = table.spec.replay_where(spark, table, replay_slice)
-            if where is None:
-                raise UsageError(f"expected files of {table.full_name} delivered in "
-                                 f"{replay_slice} to read again, found none in its ledger")
-        targets = tuple(_target(spark, location) for location in rebuild.locations)
-        planned.append(PlannedTable(
-            table.full_name, table.layer.value, table.name, rebuild.method.value,
-            rebuild.checkpoint,
-            # (its own table always, companions that exist)
-            tuple(t for i, t in enumerate(targets) if i == 0 or t.version is not None),
-            rebuild.properties, where))
-    return RefreshPlan(tuple(planned), tuple(t.full_name for t in asked), replay_slice)
+
+
+def _planned_table(spark: SparkSession, table: Table,
+                   replay_slice: TimeSlice | None) -> PlannedTable:
+    """How ``table`` is rebuilt, and what the Delta tables it writes hold now."""
+    rebuild = table.spec.rebuild(table)
+    if rebuild is None:
+        return PlannedTable(table.full_name, table.layer.value, table.name, None)
+    where = None
+    if replay_slice is not None and rebuild.method is RebuildMethod.REPLAY:
+        where = table.spec.replay_where(spark, table, replay_slice)
+        if where is None:
+            raise UsageError(f"expected files of {table.full_name} delivered in "
+                             f"{replay_slice} to read again, found none in its ledger")
+    targets = tuple(_target(spark, location) for location in rebuild.locations)
+    return PlannedTable(
+        table.full_name, table.layer.value, table.name, rebuild.method.value,
+        rebuild.checkpoint,
+        # (its own table always, companions that exist)
+        tuple(t for i, t in enumerate(targets) if i == 0 or t.version is not None),
+        rebuild.properties, where)
 
 
 def _target(spark: SparkSession, location: str) -> Target:
     if not is_delta_table(spark, location):
         return Target(location, None, 0)
-    last = spark.sql(f"DESCRIBE HISTORY {quote_path(location)} LIMIT 1").first()
-    rows = spark.read.format("delta").load(location).count()  # (from the log's statistics)
-    return Target(location, int(last["version"]) if last else None, rows)
+    last = latest_commit(spark, location)
+    rows = read_table(spark, location).count()  # (from the log's statistics)
+    return Target(location, last.version if last else None, rows)
 
 
 # How tables are run: framework.runner.run_tables (given, as the runner completes an open refresh)
@@ -325,13 +345,11 @@ class Refresh:
                     continue
                 log.info("refresh.table.resetting", table=t.table, location=target.location,
                          rows="the slice's" if t.where else "all")
-                self.spark.sql(f"DELETE FROM {quote_path(target.location)}"
-                               + (f" WHERE {t.where}" if t.where else ""))
+                delete_rows(self.spark, target.location, t.where)
             # what its rows were built from and with goes with them (all of them)
             if not t.where and t.targets and is_delta_table(self.spark, t.targets[0].location):
-                names = ", ".join(sql_string(p) for p in (*t.properties, SPEC_WRITTEN))
-                self.spark.sql(f"ALTER TABLE {quote_path(t.targets[0].location)} "
-                               f"UNSET TBLPROPERTIES IF EXISTS ({names})")
+                unset_properties(self.spark, t.targets[0].location,
+                                 (*t.properties, SPEC_WRITTEN))
             log.info("refresh.table.reset", table=t.table)
 
     def _rebuild(self, op: str, plan: RefreshPlan, log: Any) -> RunSummary:

@@ -20,8 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from framework.delta import sql_string, table_properties
-from framework.identifiers import quote_path
+from framework.delta import is_delta_table, set_properties, table_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +35,8 @@ Written = dict[str, list[str]]
 def recorded(spark: SparkSession, location: str) -> Written | None:
     """What the table at ``location`` records its rows were written with; None when it records
     nothing (or is no Delta table)."""
+    if not is_delta_table(spark, location):
+        return None
     text = table_properties(spark, location).get(SPEC_WRITTEN)
     if not text:
         return None
@@ -61,8 +62,7 @@ def record(spark: SparkSession, location: str, parts: dict[str, str]) -> bool:
     now = merged(written, parts)
     if written is not None and now == written:
         return False
-    spark.sql(f"ALTER TABLE {quote_path(location)} SET TBLPROPERTIES ("
-              f"{sql_string(SPEC_WRITTEN)} = {sql_string(json.dumps(now, sort_keys=True))})")
+    set_properties(spark, location, {SPEC_WRITTEN: json.dumps(now, sort_keys=True)})
     return True
 
 

@@ -61,14 +61,15 @@ class TableStatus:
 
 def table_status(spark: SparkSession, table: Table) -> TableStatus:
     """The table's state as a live session's catalog gives it (rows counted by a query)."""
+    from framework.delta import latest_commit
+
     kind, rows, version, last_commit = "missing", None, None, None
     if spark.catalog.tableExists(table.full_name):
         kind = _kind(spark, table.full_name)
         rows = spark.table(table.full_name).count()
-        if kind == "delta":
-            history = spark.sql(f"DESCRIBE HISTORY {quote_name(table.full_name)} LIMIT 1").collect()
-            version = int(history[0]["version"]) if history else None
-            last_commit = history[0]["timestamp"] if history else None
+        commit = latest_commit(spark, table.full_name) if kind == "delta" else None
+        if commit is not None:
+            version, last_commit = commit.version, commit.timestamp
     offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
     return _with_progress(table, kind, rows, version, last_commit, offsets, spark)
 
@@ -96,7 +97,9 @@ def logged_status(table: Table, session: Session, *, count: bool = False) -> Tab
         # there), the catalog that it is (with count).
         kind = "view"
     if count and kind == "delta" and rows is None:
-        rows = session().read.format("delta").load(table.location).count()
+        from framework.delta import read_table
+
+        rows = read_table(session(), table.location).count()
     elif count and kind != "missing" and rows is None:
         return table_status(session(), table)
     offsets = None

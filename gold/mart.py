@@ -22,13 +22,24 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from framework.changes import END_AT, IS_CURRENT, START_AT
 from framework.config.model import Layer, Table
-from framework.delta import CHANGE_FEED, create_table, sql_string
+from framework.delta import (
+    CHANGE_FEED,
+    change_feed,
+    create_table,
+    detail,
+    latest_commit,
+    overwrite,
+    replace_rows,
+    set_properties,
+    sql_string,
+    table_properties,
+)
 from framework.errors import ConfigError, JobError
 from framework.identifiers import quote, quote_all, quote_name
 from framework.job import Job, RunContext, RunStatus
@@ -222,59 +233,65 @@ class MartJob(Job):
         versions built from are kept in the table's properties, written after the data: a run
         interrupted in between rebuilds the same partitions again, with the same result."""
         spark = self.spark
-        fact_detail = _detail(spark, fact)
+        fact_detail = detail(spark, fact)
         versions = {fact: _version(spark, fact, fact_detail),
                     **{name: _version(spark, name) for name in dims}}
         mart = self.table.full_name
-        df = spark.sql(query)
-        # Partitioned like the fact when it keeps the fact's partition columns (a mart that
-        # groups them away is rebuilt whole).
-        partitions = list(fact_detail["partitionColumns"] or [])
-        if not all(c in df.columns for c in partitions):
-            partitions = []
-        # The columns carry their comments, so that a rebuild with new columns keeps them.
-        df = df.select(*[F.col(quote(f.name)).alias(f.name, metadata={"comment": comments[f.name]})
-                         for f in df.schema])
-        schema = df.schema
-        created = create_table(spark, mart, schema, self.table.location,
+        df, partitions = _commented(spark.sql(query), comments, fact_detail)
+        created = create_table(spark, mart, df.schema, self.table.location,
                                partition_by=partitions, comment=comment)
-        properties = {} if created else _properties(spark, mart)
-        built = json.loads(properties.get(VERSIONS, "{}"))
+        properties = {} if created else table_properties(spark, mart)
         definition = json.dumps(self.spec.definition(), sort_keys=True)
-        new_columns = not created and _columns(spark.table(mart).schema) != _columns(schema)
+        new_columns = not created and _columns(spark.table(mart).schema) != _columns(df.schema)
+        reason, changed = self._rebuild_scope(properties, definition, new_columns, versions,
+                                              (fact, fact_detail["location"]), dims, partitions)
+        self._write(df, partitions, reason, changed, new_columns)
+        set_properties(spark, mart, {VERSIONS: json.dumps(versions, sort_keys=True),
+                                     DEFINITION: definition})
+        self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
+                      full_rebuild=reason, partitions_rebuilt=changed)
+        return {"full_rebuild": int(reason is not None),
+                "partitions_rebuilt": len(changed or [])}
+
+    def _rebuild_scope(self, properties: dict[str, str], definition: str, new_columns: bool,
+                       versions: dict[str, int | None], fact_at: tuple[str, str],
+                       dims: list[str], partitions: list[str]
+                       ) -> tuple[str | None, list[tuple[str | None, ...]] | None]:
+        """Why the mart is rebuilt whole, or None and the fact partitions whose rows changed
+        since the versions it was built from (kept in its ``properties``). ``versions``: those
+        of the fact and of ``dims`` now; ``fact_at``: the fact's name and location."""
+        fact, fact_location = fact_at
+        built = json.loads(properties.get(VERSIONS, "{}"))
         reason = "the mart's columns changed" if new_columns else \
             _full_rebuild_reason(built, versions, fact, dims, partitions)
         if reason is None and properties.get(DEFINITION, definition) != definition:
             # (a mart built before definitions were recorded has none: taken as the same)
             reason = "the mart's definition changed (its filter, grouping, aggregates or joins)"
-        changed: list[tuple[str | None, ...]] | None = None
-        if reason is None:
-            changed = _changed_partitions(spark, fact_detail["location"], built[fact],
-                                          versions[fact], partitions)
-            if changed is None:
-                reason = (f"the change data feed of {fact} cannot say what changed between "
-                          f"versions {built[fact]} and {versions[fact]} (not recorded, "
-                          f"{CHANGE_FEED} is off, or its schema changed)")
-        writer = df.write.format("delta").mode("overwrite")
+        if reason is not None:
+            return reason, None
+        changed = _changed_partitions(self.spark, fact_location, built[fact], versions[fact],
+                                      partitions)
+        if changed is None:
+            return (f"the change data feed of {fact} cannot say what changed between "
+                    f"versions {built[fact]} and {versions[fact]} (not recorded, "
+                    f"{CHANGE_FEED} is off, or its schema changed)"), None
+        return None, changed
+
+    def _write(self, df: DataFrame, partitions: list[str], reason: str | None,
+               changed: list[tuple[str | None, ...]] | None, new_columns: bool) -> None:
+        """Overwrite the mart whole (``reason``: why), or replace the ``changed`` partitions."""
+        mart = self.table.full_name
         self.log.debug("gold.mart.writing", mart=mart, full_rebuild=reason,
                        partitions=len(changed or []))
         if reason is not None:
-            writer.option("overwriteSchema", str(new_columns).lower()).save(self.table.location)
+            overwrite(df, self.table.location, new_schema=new_columns)
             self.log.info("gold.mart.rebuilt", mart=mart, reason=reason)
         elif changed:
             condition = " OR ".join(
                 "(" + " AND ".join(f"{quote(c)} <=> {sql_string(v) if v is not None else 'NULL'}"
                                    for c, v in zip(partitions, values, strict=True)) + ")"
                 for values in changed)
-            df.where(condition).write.format("delta").mode("overwrite") \
-                .option("replaceWhere", condition).save(self.table.location)
-        spark.sql(f"ALTER TABLE {quote_name(mart)} SET TBLPROPERTIES ({sql_string(VERSIONS)} = "
-                  f"{sql_string(json.dumps(versions, sort_keys=True))}, "
-                  f"{sql_string(DEFINITION)} = {sql_string(definition)})")
-        self.log.info("gold.mart.materialized", mart=mart, built_from=versions,
-                      full_rebuild=reason, partitions_rebuilt=changed)
-        return {"full_rebuild": int(reason is not None),
-                "partitions_rebuilt": len(changed or [])}
+            replace_rows(df.where(condition), self.table.location, condition)
 
     def _require(self, name: str) -> None:
         if not self.spark.catalog.tableExists(name):
@@ -324,28 +341,31 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             spark.catalog.dropTempView(view)
 
 
-def _detail(spark: SparkSession, name: str) -> dict[str, Any]:
-    row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").first()
-    return row.asDict() if row is not None else {}
+def _commented(df: DataFrame, comments: dict[str, str], fact_detail: dict[str, Any]
+               ) -> tuple[DataFrame, list[str]]:
+    """The join's rows with their columns' comments, so that a rebuild with new columns keeps
+    them, and its partition columns: the fact's when it keeps them all (a mart that groups
+    them away is rebuilt whole)."""
+    partitions = list(fact_detail["partitionColumns"] or [])
+    if not all(c in df.columns for c in partitions):
+        partitions = []
+    return df.select(*[F.col(quote(f.name)).alias(f.name, metadata={"comment": comments[f.name]})
+                       for f in df.schema]), partitions
 
 
 def _version(spark: SparkSession, name: str,
-             detail: dict[str, Any] | None = None) -> int | None:
-    """The table's current Delta version; None for a table that is not Delta."""
-    if (detail if detail is not None else _detail(spark, name)).get("format") != "delta":
+             found: dict[str, Any] | None = None) -> int | None:
+    """The table's current Delta version; None for a table that is not Delta (``found``: its
+    detail, when read already)."""
+    if (found if found is not None else detail(spark, name)).get("format") != "delta":
         return None
-    row = spark.sql(f"DESCRIBE HISTORY {quote_name(name)} LIMIT 1").first()
-    return int(row["version"]) if row is not None else None
+    last = latest_commit(spark, name)
+    return last.version if last is not None else None
 
 
 def _columns(schema: StructType) -> list[tuple[str, str]]:
     """Names and types, without comments."""
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-
-def _properties(spark: SparkSession, name: str) -> dict[str, str]:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)}").collect()
-    return {r["key"]: r["value"] for r in rows}
 
 
 def _full_rebuild_reason(built: dict[str, int | None], versions: dict[str, int | None],
@@ -376,10 +396,8 @@ def _changed_partitions(spark: SparkSession, location: str, since: int | None, u
     if until == since:
         return []
     try:
-        changes = (spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", since + 1).option("endingVersion", until)
-                   .load(location).select(*[F.col(c).cast("string") for c in columns])
-                   .distinct().collect())
+        changes = (change_feed(spark, location, since + 1, until)
+                   .select(*[F.col(c).cast("string") for c in columns]).distinct().collect())
     except AnalysisException:  # no change data for a version in the range, or a schema change
         return None
     return sorted((tuple(r[c] for c in columns) for r in changes), key=str)

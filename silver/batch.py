@@ -250,8 +250,7 @@ class BatchWriter:
         snapshot the change log held before this batch: before this batch's own commit to it,
         for a batch replayed after a crash (so that it decides as the first run did)."""
         snapshots = cast(SnapshotApplier, self.applier)
-        assert snapshots.log_location is not None  # (snapshots are logged)
-        replayed_at = self.commits.version(snapshots.log_location, batch_id) \
+        replayed_at = self.commits.version(snapshots.logged_at, batch_id) \
             if batch_id in self.commits.replayable else None
         newest = snapshots.newest_applied(batch.sparkSession, replayed_at)
         log.debug("silver.snapshots.newest_applied", snapshot=str(newest),

@@ -43,6 +43,7 @@ from framework.delta import (
     add_missing_columns,
     create_table,
     is_delta_table,
+    read_table,
     schema_ddl,
     sql_string,
 )
@@ -296,7 +297,7 @@ class SilverJob(StreamingJob):
         another mode than its spec asks: with SCD2's versions or without them, or without a
         change log (none, or one with no event, while the table has rows). Before any table is
         created or written."""
-        existing = self.spark.read.format("delta").load(self.table.location)
+        existing = read_table(self.spark, self.table.location)
         versions = set(SCD2_COLUMNS) <= set(existing.columns)
         scd2 = self.applier is not None and self.applier.scd2
         found = ""
@@ -304,7 +305,7 @@ class SilverJob(StreamingJob):
             found = "with SCD type 2 versions" if versions else "without SCD type 2 versions"
         elif self.log_location and (
                 not is_delta_table(self.spark, self.log_location)
-                or self.spark.read.format("delta").load(self.log_location).isEmpty()
+                or read_table(self.spark, self.log_location).isEmpty()
         ) and not existing.isEmpty():  # (the table read last: its log is rarely empty)
             found = "without a change log"
         if found:

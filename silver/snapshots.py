@@ -55,6 +55,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from framework.changes import OP, ChangeApplier, ChangeOp
+from framework.delta import read_table
 
 IN_ORDER = "_snapshot_in_order"  # a column the batch carries until the rules are evaluated
 IN_ORDER_RULE = "snapshot_in_order"
@@ -73,10 +74,8 @@ class SnapshotApplier(ChangeApplier):
         """The newest snapshot id in the change log (None while it has none). ``replayed_at``:
         the log's version that this batch's own commit made, for a batch replayed after a
         crash; the log is then read as it was just before it."""
-        reader = spark.read.format("delta")
-        if replayed_at is not None:
-            reader = reader.option("versionAsOf", replayed_at - 1)
-        row = reader.load(self.log_location).agg(F.max(self.seq)).first()
+        version = replayed_at - 1 if replayed_at is not None else None
+        row = read_table(spark, self.logged_at, version=version).agg(F.max(self.seq)).first()
         return row[0] if row is not None else None
 
     def mark_order(self, batch: DataFrame, newest: Any) -> DataFrame:
@@ -152,7 +151,7 @@ class SnapshotApplier(ChangeApplier):
         ``_next``), with their values: each key's newest event in the log older than it, when
         an upsert (a delete wins a tie, then the greatest values by their JSON text, as in
         SCD2's fold); place 0, followed by the first snapshot."""
-        log = first.sparkSession.read.format("delta").load(self.log_location)
+        log = read_table(first.sparkSession, self.logged_at)
         removal = F.col(OP) != ChangeOp.UPSERT.value
         text = F.to_json(F.struct(*values)) if values else F.lit("")
         newest = log.crossJoin(F.broadcast(first)).where(F.col(self.seq) < F.col(_NEXT)) \

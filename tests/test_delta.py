@@ -1,4 +1,5 @@
-"""Delta helpers: small tables the framework builds from Python values."""
+"""framework.delta: small tables the framework builds from Python values, tables made and
+found, their history and properties by name or by location."""
 
 from __future__ import annotations
 
@@ -22,7 +23,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.delta import clear_unfinished_create, create_table, is_delta_table, literal_rows
+from framework.delta import (
+    append,
+    clear_unfinished_create,
+    create_table,
+    detail,
+    is_delta_table,
+    latest_commit,
+    literal_rows,
+    read_table,
+    set_properties,
+    table_properties,
+)
 
 SCHEMA = StructType([
     StructField("path", StringType()),
@@ -127,3 +139,24 @@ def test_a_rebuilt_empty_table_takes_the_layout_asked(spark: SparkSession,
     assert detail is not None
     assert (detail["partitionColumns"], detail["clusteringColumns"]) == ([], ["id"])
     assert not create_table(spark, name, schema, location, cluster_by=["id"], rebuild=True)
+
+
+def test_history_and_properties_by_name_and_by_location(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    location = str(tmp_path / "t")
+    name = f"spark_catalog.default.door_{uuid.uuid4().hex[:8]}"
+    schema = StructType([StructField("id", LongType())])
+    assert create_table(spark, name, schema, location, properties={"medallion.a": "1"})
+    assert latest_commit(spark, name) == latest_commit(spark, location)
+    first = latest_commit(spark, location)
+    assert first is not None and first.version == 0 and isinstance(first.timestamp, datetime)
+    append(spark.range(2), location)
+    set_properties(spark, name, {"medallion.b": "it's"})
+    last = latest_commit(spark, location)
+    assert last is not None and last.version == 2
+    for table in (name, location):
+        assert {k: v for k, v in table_properties(spark, table).items()
+                if k.startswith("medallion.")} == {"medallion.a": "1", "medallion.b": "it's"}
+        assert detail(spark, table)["format"] == "delta"
+    assert read_table(spark, location).count() == 2
+    assert read_table(spark, location, version=0).count() == 0

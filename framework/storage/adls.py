@@ -1,10 +1,12 @@
 """ADLS Gen2: the lake's own file operations on ``abfss://`` paths, and the credentials for it.
 
 :class:`AdlsStorage` implements :class:`framework.storage.Storage` on azure-storage-file-datalake
-(moves are ADLS's atomic rename). :func:`credential_for` turns an environment's ``storage``
-settings into an azure-identity credential, explicitly per method, with a description of the
-identity (never of its secret) for error messages. :func:`hadoop_settings` gives the same
-settings to Spark's ABFS driver (spark-submit and local runs; Databricks sets nothing).
+(moves are ADLS's atomic rename). :func:`resolve_access` resolves an environment's ``storage``
+settings once (the method, the account, the identity, the secret); :func:`credential_for` turns
+them into an azure-identity credential, explicitly per method, with a description of the
+identity (never of its secret) for error messages; :func:`hadoop_settings` gives them to
+Spark's ABFS driver (spark-submit and local runs; Databricks sets nothing), and
+:func:`framework.deltalog.storage_options` to delta-rs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import io
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import IO, Any, TypeVar
@@ -59,6 +61,48 @@ class AbfsPath:
 
 # ---------------------------------------------------------------------- credentials
 @dataclass(frozen=True)
+class Access:
+    """An environment's ``storage`` settings resolved at the moment of use: the method, the
+    account, the identity and the secret the method takes, read from its reference. The SDK's
+    credential (:func:`credential_for`), Spark's ABFS settings (:func:`hadoop_settings`) and
+    delta-rs's options (:func:`framework.deltalog.storage_options`) only name these."""
+
+    auth: AzureAuthMethod
+    account: str
+    tenant_id: str = ""
+    client_id: str = ""
+    # the account key, the SAS token (without its '?') or the client secret, by ``auth``
+    secret: str = field(default="", repr=False)
+    token_file: str = ""  # a workload identity's: AZURE_FEDERATED_TOKEN_FILE ("": unset)
+
+
+# The settings each method cannot do without (the others need none).
+_REQUIRED = {
+    AzureAuthMethod.SERVICE_PRINCIPAL: ("tenant_id", "client_id", "client_secret"),
+    AzureAuthMethod.WORKLOAD_IDENTITY: ("tenant_id", "client_id"),
+    AzureAuthMethod.ACCOUNT_KEY: ("account_key",),
+    AzureAuthMethod.SAS: ("sas_token",),
+}
+
+
+def resolve_access(settings: AzureStorage) -> Access:
+    """``settings`` resolved; a setting the method needs and lacks is a
+    :class:`StorageError`."""
+    method = settings.auth
+    for key in _REQUIRED.get(method, ()):
+        if not getattr(settings, key):
+            raise StorageError(f"expected storage.{key} for auth {method.value} "
+                               f"(account {settings.account}), found none")
+    ref = {AzureAuthMethod.SERVICE_PRINCIPAL: settings.client_secret,
+           AzureAuthMethod.ACCOUNT_KEY: settings.account_key,
+           AzureAuthMethod.SAS: settings.sas_token}.get(method)
+    secret = ref.resolve() if ref is not None else ""
+    return Access(method, settings.account, settings.tenant_id or "", settings.client_id or "",
+                  secret.lstrip("?") if method is AzureAuthMethod.SAS else secret,
+                  os.environ.get("AZURE_FEDERATED_TOKEN_FILE", ""))
+
+
+@dataclass(frozen=True)
 class Credential:
     """An SDK credential and who it is, in words fit for a log or an error message."""
 
@@ -68,101 +112,84 @@ class Credential:
 
 def credential_for(settings: AzureStorage, env: Environment | None = None) -> Credential:
     """The credential for ``settings``; secrets are resolved here, at the moment of use."""
-    method = settings.auth
-    account = settings.account
-    if method is AzureAuthMethod.SERVICE_PRINCIPAL:
+    if settings.auth is AzureAuthMethod.DEFAULT and env is not None \
+            and env.runtime not in (Runtime.LOCAL, Runtime.AUTO):
+        raise StorageError(f"expected an explicit credential (service_principal, "
+                           f"managed_identity or workload_identity) for environment "
+                           f"{env.name!r} on {env.runtime.value}, found auth: default, which "
+                           "is for local development only")
+    a = resolve_access(settings)
+    if a.auth is AzureAuthMethod.SERVICE_PRINCIPAL:
         from azure.identity import ClientSecretCredential
 
-        tenant, client = _required(settings, "tenant_id"), _required(settings, "client_id")
-        secret = _required(settings, "client_secret")
-        return Credential(ClientSecretCredential(tenant, client, secret.resolve()),
-                          f"service principal {client} (tenant {tenant})")
-    if method is AzureAuthMethod.MANAGED_IDENTITY:
+        return Credential(ClientSecretCredential(a.tenant_id, a.client_id, a.secret),
+                          f"service principal {a.client_id} (tenant {a.tenant_id})")
+    if a.auth is AzureAuthMethod.MANAGED_IDENTITY:
         from azure.identity import ManagedIdentityCredential
 
-        client = settings.client_id or None
-        return Credential(ManagedIdentityCredential(client_id=client),
-                          f"managed identity {client or '(system-assigned)'}")
-    if method is AzureAuthMethod.WORKLOAD_IDENTITY:
+        return Credential(ManagedIdentityCredential(client_id=a.client_id or None),
+                          f"managed identity {a.client_id or '(system-assigned)'}")
+    if a.auth is AzureAuthMethod.WORKLOAD_IDENTITY:
         from azure.identity import WorkloadIdentityCredential
 
-        tenant, client = _required(settings, "tenant_id"), _required(settings, "client_id")
-        token_file = os.environ.get("AZURE_FEDERATED_TOKEN_FILE")
-        if not token_file:
+        if not a.token_file:
             raise StorageError("expected AZURE_FEDERATED_TOKEN_FILE to name the workload "
                                "identity's token file, found it unset")
-        return Credential(WorkloadIdentityCredential(tenant_id=tenant, client_id=client,
-                                                     token_file_path=token_file),
-                          f"workload identity {client} (tenant {tenant})")
-    if method is AzureAuthMethod.DEFAULT:
-        if env is not None and env.runtime not in (Runtime.LOCAL, Runtime.AUTO):
-            raise StorageError(f"expected an explicit credential (service_principal, "
-                               f"managed_identity or workload_identity) for environment "
-                               f"{env.name!r} on {env.runtime.value}, found auth: default, which "
-                               "is for local development only")
+        return Credential(WorkloadIdentityCredential(tenant_id=a.tenant_id, client_id=a.client_id,
+                                                     token_file_path=a.token_file),
+                          f"workload identity {a.client_id} (tenant {a.tenant_id})")
+    if a.auth is AzureAuthMethod.DEFAULT:
         from azure.identity import DefaultAzureCredential
 
         return Credential(DefaultAzureCredential(exclude_interactive_browser_credential=True),
                           "developer credentials (DefaultAzureCredential)")
-    if method is AzureAuthMethod.ACCOUNT_KEY:
+    if a.auth is AzureAuthMethod.ACCOUNT_KEY:
         from azure.core.credentials import AzureNamedKeyCredential
 
-        key = _required(settings, "account_key")
-        return Credential(AzureNamedKeyCredential(account, key.resolve()),
-                          f"the account key of {account}")
+        return Credential(AzureNamedKeyCredential(a.account, a.secret),
+                          f"the account key of {a.account}")
     from azure.core.credentials import AzureSasCredential
 
-    sas = _required(settings, "sas_token")
-    return Credential(AzureSasCredential(sas.resolve().lstrip("?")), f"a SAS token for {account}")
-
-
-def _required(settings: AzureStorage, key: str) -> Any:
-    value = getattr(settings, key)
-    if not value:
-        raise StorageError(f"expected storage.{key} for auth {settings.auth.value} "
-                           f"(account {settings.account}), found none")
-    return value
+    return Credential(AzureSasCredential(a.secret), f"a SAS token for {a.account}")
 
 
 def hadoop_settings(settings: AzureStorage) -> dict[str, str]:
     """Spark's ABFS settings for the account (``spark.hadoop.`` prefixed), secrets resolved."""
-    host = f"{settings.account}.{DFS_SUFFIX}"
-    key = f"spark.hadoop.fs.azure.account.{{}}.{host}"
-    method = settings.auth
-    if method is AzureAuthMethod.ACCOUNT_KEY:
-        return {key.format("key"): _required(settings, "account_key").resolve()}
-    if method is AzureAuthMethod.SAS:
-        return {key.format("auth.type"): "SAS",
-                f"spark.hadoop.fs.azure.sas.fixed.token.{host}":
-                    _required(settings, "sas_token").resolve().lstrip("?")}
-    conf = {key.format("auth.type"): "OAuth"}
-    provider = key.format("oauth.provider.type")
-    if method is AzureAuthMethod.SERVICE_PRINCIPAL:
-        tenant = _required(settings, "tenant_id")
-        conf.update({
-            provider: "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
-            key.format("oauth2.client.id"): _required(settings, "client_id"),
-            key.format("oauth2.client.secret"): _required(settings, "client_secret").resolve(),
-            key.format("oauth2.client.endpoint"):
-                f"https://login.microsoftonline.com/{tenant}/oauth2/token",
-        })
-    elif method is AzureAuthMethod.MANAGED_IDENTITY:
-        conf[provider] = "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider"
-        if settings.client_id:
-            conf[key.format("oauth2.client.id")] = settings.client_id
-        if settings.tenant_id:
-            conf[key.format("oauth2.msi.tenant")] = settings.tenant_id
-    elif method is AzureAuthMethod.WORKLOAD_IDENTITY:
-        conf.update({
-            provider: "org.apache.hadoop.fs.azurebfs.oauth2.WorkloadIdentityTokenProvider",
-            key.format("oauth2.msi.tenant"): _required(settings, "tenant_id"),
-            key.format("oauth2.client.id"): _required(settings, "client_id"),
-            key.format("oauth2.token.file"): os.environ.get("AZURE_FEDERATED_TOKEN_FILE", ""),
-        })
-    else:
+    if settings.auth is AzureAuthMethod.DEFAULT:
         raise StorageError("expected an explicit credential for Spark's ABFS driver "
                            "(service_principal, managed_identity, workload_identity, account_key"
                            " or sas), found auth: default, which only the SDK understands")
+    a = resolve_access(settings)
+    host = f"{a.account}.{DFS_SUFFIX}"
+    key = f"spark.hadoop.fs.azure.account.{{}}.{host}"
+    if a.auth is AzureAuthMethod.ACCOUNT_KEY:
+        return {key.format("key"): a.secret}
+    if a.auth is AzureAuthMethod.SAS:
+        return {key.format("auth.type"): "SAS",
+                f"spark.hadoop.fs.azure.sas.fixed.token.{host}": a.secret}
+    conf = {key.format("auth.type"): "OAuth"}
+    provider = key.format("oauth.provider.type")
+    if a.auth is AzureAuthMethod.SERVICE_PRINCIPAL:
+        conf.update({
+            provider: "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
+            key.format("oauth2.client.id"): a.client_id,
+            key.format("oauth2.client.secret"): a.secret,
+            key.format("oauth2.client.endpoint"):
+                f"https://login.microsoftonline.com/{a.tenant_id}/oauth2/token",
+        })
+    elif a.auth is AzureAuthMethod.MANAGED_IDENTITY:
+        conf[provider] = "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider"
+        if a.client_id:
+            conf[key.format("oauth2.client.id")] = a.client_id
+        if a.tenant_id:
+            conf[key.format("oauth2.msi.tenant")] = a.tenant_id
+    else:  # workload identity
+        conf.update({
+            provider: "org.apache.hadoop.fs.azurebfs.oauth2.WorkloadIdentityTokenProvider",
+            key.format("oauth2.msi.tenant"): a.tenant_id,
+            key.format("oauth2.client.id"): a.client_id,
+            key.format("oauth2.token.file"): a.token_file,
+        })
     return conf
 
 
