@@ -20,7 +20,7 @@ such jump is logged (``bronze.kafka.offsets_lost``) and counted in the run summa
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -195,12 +195,6 @@ class StreamTableSpec(TableSpec):
     cdc: CdcSpec | None = Field(
         default=None, description="The values are change events: 'debezium', or "
         "{format: debezium, sequence: [source.lsn]} (see bronze.cdc).")
-
-    def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
-        from bronze.offsets import partition_offsets
-
-        return partition_offsets(spark, [table.location, table.companion_location("quarantine")],
-                                 self.source.topics(), self.source.client_settings())
 
     def sql_texts(self) -> list[SqlText]:
         schema = self.source.schema_

@@ -18,7 +18,10 @@ The plugin gives:
 - ``commands``: the layer's own ``medallion`` sub-commands (optional);
 - ``backlog``: whether input waits in a table's own source, read without Spark (optional: a
   layer without one reads only other tables, whose new commits the framework sees itself); None
-  when only Spark can tell (a log of records' offsets), and the table then always runs.
+  when only Spark can tell (a log of records' offsets), and the table then always runs;
+- ``offsets``: for a table whose source is a log of records, how to read per topic and
+  partition the offset the table reached, the log's latest and the lag, for ``medallion
+  status`` (optional; None for a table without them).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -62,6 +65,11 @@ Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructT
                    "tuple[StructType | None, list[ConfigError]]"]
 
 
+# (spark) -> per topic and partition of a table's log of records: the offset reached
+# (``committed``), the ``latest`` and the ``lag``
+Offsets = Callable[["SparkSession"], "list[dict[str, Any]]"]
+
+
 class Commands(Protocol):
     """Where a layer adds its ``medallion`` sub-commands (:class:`framework.commands.Commands`):
     each gets the common options and a handler ``(args) -> exit code``."""
@@ -103,6 +111,7 @@ class LayerPlugin:
     planner: Callable[[], Planner] | None = None
     commands: Callable[[Commands], None] | None = None
     backlog: Callable[[Table], bool | None] | None = None
+    offsets: Callable[[Table], Offsets | None] | None = None
 
     @property
     def models(self) -> list[type[TableSpec]]:
@@ -154,6 +163,13 @@ def backlog_of(table: Table) -> bool | None:
     """Whether input waits in ``table``'s own source (see :class:`LayerPlugin`)."""
     backlog = plugin(table.layer).backlog
     return backlog(table) if backlog is not None else False
+
+
+def offsets_of(table: Table) -> Offsets | None:
+    """How to read the offsets of ``table``'s log of records (see :class:`LayerPlugin`); None
+    for a table whose source has none."""
+    offsets = plugin(table.layer).offsets
+    return offsets(table) if offsets is not None else None
 
 
 def planner(layer: Layer) -> Planner | None:

@@ -329,12 +329,6 @@ class TableSpec(Model):
         """How the table keeps its rows; a Delta table by default."""
         return Stored.DELTA
 
-    def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
-        """For a table fed by a log of records (Kafka): per topic and partition, the offset
-        the table has reached (``committed``), the log's ``latest`` and the ``lag``, for
-        ``medallion status``. None by default."""
-        return None
-
     def folders(self, table: Table) -> list[str]:
         """Folders the table's jobs use besides its location and checkpoint (a feed's landing
         zone), which ``medallion init`` creates; none by default."""
