@@ -11,7 +11,7 @@ from bronze.spec import BronzeTableSpec, SourceFormat
 from bronze.streams import StreamFormat, StreamTableSpec
 from framework.config.model import Layer, Table, TableSpec
 from framework.errors import ConfigError
-from framework.layers import JobFactory, Kinds, LayerPlugin, Offsets, Planner
+from framework.layers import JobFactory, Kinds, LayerPlugin, Offsets, Planner, Reread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -95,9 +95,16 @@ def offsets(table: Table) -> Offsets | None:
     return read
 
 
+def _reread() -> Reread:
+    from bronze.replay import LedgerReread
+
+    return LedgerReread()
+
+
 KINDS = Kinds(specs={**{f: BronzeTableSpec for f in SourceFormat},
                      **{f: StreamTableSpec for f in StreamFormat}},
               default=SourceFormat.JSON, key="source.format")
 
 PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=KINDS, job=_job, planner=_planner,
-                     commands=add_commands, backlog=backlog, offsets=offsets)
+                     commands=add_commands, backlog=backlog, offsets=offsets,
+                     reread=_reread)

@@ -175,9 +175,9 @@ class RunContext:
     stop: StopSignal = field(default_factory=StopSignal)
     stop_grace_seconds: float = 300.0
     operation: str | None = None  # the refresh whose tables this run rebuilds (the history's)
-    # a refresh of only what was delivered in this slice: a job that replays what it was fed
-    # (bronze) reads again only those files
-    replay_slice: TimeSlice | None = None
+    # a refresh of only what was delivered in this slice: a job that reads its inputs again
+    # (a feed of files) reads only those delivered in it
+    reread_slice: TimeSlice | None = None
     # tables run at once at most (framework.runner.run_tables): those that do not read each
     # other
     parallel: int = 1

@@ -21,7 +21,10 @@ The plugin gives:
   when only Spark can tell (a log of records' offsets), and the table then always runs;
 - ``offsets``: for a table whose source is a log of records, how to read per topic and
   partition the offset the table reached, the log's latest and the lag, for ``medallion
-  status`` (optional; None for a table without them).
+  status`` (optional; None for a table without them);
+- ``reread``: how ``medallion refresh`` reads a table's inputs again, batch by batch, for a
+  table its spec rebuilds so (:attr:`RebuildMethod.REREAD
+  <framework.config.model.RebuildMethod.REREAD>`): a :class:`Reread` (optional).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 
     from framework.config.model import Table, TableSpec
     from framework.job import RunContext, TableRunSummary
+    from framework.timeslice import TimeSlice
 
 GROUP = "medallion.layers"
 
@@ -68,6 +72,19 @@ Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructT
 # (spark) -> per topic and partition of a table's log of records: the offset reached
 # (``committed``), the ``latest`` and the ``lag``
 Offsets = Callable[["SparkSession"], "list[dict[str, Any]]"]
+
+
+class Reread(Protocol):
+    """How a layer reads a table's inputs again, batch by batch, for ``medallion refresh`` (the
+    table emptied, its checkpoint kept): all of them, or those delivered in ``since``."""
+
+    def problem(self, spark: SparkSession, table: Table, since: TimeSlice | None) -> str | None:
+        """Why they cannot be read again now (what they would be read from is gone), found
+        before anything is emptied; None: they can."""
+
+    def where(self, spark: SparkSession, table: Table, since: TimeSlice) -> str | None:
+        """A SQL predicate over the table's Delta tables (its own, its companions) that holds
+        for the rows a reread of ``since`` writes again; None: nothing of it was fed."""
 
 
 class Commands(Protocol):
@@ -112,6 +129,7 @@ class LayerPlugin:
     commands: Callable[[Commands], None] | None = None
     backlog: Callable[[Table], bool | None] | None = None
     offsets: Callable[[Table], Offsets | None] | None = None
+    reread: Callable[[], Reread] | None = None
 
     @property
     def models(self) -> list[type[TableSpec]]:
@@ -166,10 +184,19 @@ def backlog_of(table: Table) -> bool | None:
 
 
 def offsets_of(table: Table) -> Offsets | None:
-    """How to read the offsets of ``table``'s log of records (see :class:`LayerPlugin`); None
-    for a table whose source has none."""
+    """How to read the offsets of ``table``'s log of records; None: it has none."""
     offsets = plugin(table.layer).offsets
     return offsets(table) if offsets is not None else None
+
+
+def reread_of(table: Table) -> Reread:
+    """How ``table``'s inputs are read again; a clear error when its layer does not say."""
+    make = plugin(table.layer).reread
+    if make is None:
+        raise ConfigError(f"expected the {table.layer.value} layer to say how a refresh reads "
+                          f"{table.full_name}'s inputs again (LayerPlugin.reread), as its spec "
+                          f"rebuilds it by rereading them; found nothing")
+    return make()
 
 
 def planner(layer: Layer) -> Planner | None:

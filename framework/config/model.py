@@ -6,14 +6,13 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
 from framework.redaction import looks_secret
-from framework.timeslice import TimeSlice
 
 if TYPE_CHECKING:
     from framework.errors import ConfigError
@@ -292,9 +291,9 @@ class RebuildMethod(StrEnum):
     STREAM = "stream"
     # its table emptied and its build-state property removed: the next build is a whole one
     WHOLE = "whole"
-    # its tables emptied, its checkpoint kept: its job reads what it was fed again, batch by
-    # batch (a bronze feed's files, from the archive)
-    REPLAY = "replay"
+    # its tables emptied, its checkpoint kept: its job reads its inputs again, batch by batch
+    # (a file feed's files, from the archive), as its layer's ``reread`` says
+    REREAD = "reread"
 
 
 @dataclass(frozen=True)
@@ -355,20 +354,6 @@ class TableSpec(Model):
 
     def rebuild_refusal(self, table: Table) -> str | None:
         """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
-        return None
-
-    def rebuild_problem(self, spark: Any, table: Table,
-                        replay_slice: TimeSlice | None = None) -> str | None:
-        """Why ``medallion refresh`` cannot rebuild the table now (of a table rebuilt by
-        replay, only what was delivered in ``replay_slice``), found in the lake (what it would
-        be rebuilt from is gone), before anything is emptied; None: it can. None by default."""
-        return None
-
-    def replay_where(self, spark: Any, table: Table, replay_slice: TimeSlice) -> str | None:
-        """For a table rebuilt by replay (:attr:`RebuildMethod.REPLAY`), refreshed for only
-        what was delivered in ``replay_slice``: a SQL predicate over its tables (its own and
-        its companions) that holds for the rows a replay of the slice writes again; None when
-        nothing of the slice was fed to it. None by default."""
         return None
 
     def stale_parts(self) -> dict[str, str]:
