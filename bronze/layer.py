@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bronze.commands import add_commands
 from bronze.spec import BronzeTableSpec, SourceFormat
-from bronze.streams import StreamFormat, StreamTableSpec
+from bronze.streams import StreamFormat, StreamTableSpec, kafka_package
 from framework.config.model import Layer, Table, TableSpec
 from framework.errors import ConfigError
 from framework.layers import JobFactory, Kinds, LayerPlugin, Offsets, Planner, Reread
@@ -107,4 +107,4 @@ KINDS = Kinds(specs={**{f: BronzeTableSpec for f in SourceFormat},
 
 PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=KINDS, job=_job, planner=_planner,
                      commands=add_commands, backlog=backlog, offsets=offsets,
-                     reread=_reread)
+                     reread=_reread, packages=lambda: [kafka_package()])

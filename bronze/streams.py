@@ -206,6 +206,16 @@ class StreamTableSpec(TableSpec):
                             schema=self.source.schema_, rescued_column=self.rescued_column)
 
 
+def kafka_package() -> str:
+    """The Maven coordinate of Spark's Kafka source (Kafka and Event Hubs feeds), matching the
+    installed pyspark; on Databricks the runtime has its own."""
+    import pyspark
+
+    from framework.session import SCALA_VERSION
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{pyspark.__version__}"
+
+
 def _json(value: object) -> str:
     import json
 

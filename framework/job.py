@@ -462,10 +462,8 @@ class StreamingJob(Job):
     def _remote(self) -> str | None:
         """The Spark Connect server the environment names (runtime connect), None where the
         platform made the session (Databricks: its client ends with the task's session)."""
-        from framework.session import remote_url
-
         try:
-            return remote_url(self.table.env)
+            return self.table.env.remote_url()
         except MedallionError:
             return None
 

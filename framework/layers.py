@@ -24,7 +24,9 @@ The plugin gives:
   status`` (optional; None for a table without them);
 - ``reread``: how ``medallion refresh`` reads a table's inputs again, batch by batch, for a
   table its spec rebuilds so (:attr:`RebuildMethod.REREAD
-  <framework.config.model.RebuildMethod.REREAD>`): a :class:`Reread` (optional).
+  <framework.config.model.RebuildMethod.REREAD>`): a :class:`Reread` (optional);
+- ``packages``: the Maven coordinates of the jars the layer's jobs need on Spark's classpath
+  besides Delta's (a source's connector, say), which every session is started with (optional).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -130,6 +132,7 @@ class LayerPlugin:
     backlog: Callable[[Table], bool | None] | None = None
     offsets: Callable[[Table], Offsets | None] | None = None
     reread: Callable[[], Reread] | None = None
+    packages: Callable[[], list[str]] | None = None
 
     @property
     def models(self) -> list[type[TableSpec]]:
@@ -197,6 +200,12 @@ def reread_of(table: Table) -> Reread:
                           f"{table.full_name}'s inputs again (LayerPlugin.reread), as its spec "
                           f"rebuilds it by rereading them; found nothing")
     return make()
+
+
+def layer_packages() -> list[str]:
+    """The Maven coordinates every installed layer asks for (see :class:`LayerPlugin`)."""
+    return list(dict.fromkeys(p for plugin in plugins().values() if plugin.packages
+                              for p in plugin.packages()))
 
 
 def planner(layer: Layer) -> Planner | None:

@@ -12,6 +12,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
+from framework.errors import SessionError
 from framework.redaction import looks_secret
 
 if TYPE_CHECKING:
@@ -141,6 +142,17 @@ class Environment(Model):
         from framework.eventtime import check_interval
 
         return check_interval(value)
+
+    def remote_url(self) -> str:
+        """The Spark Connect server of a connect environment: ``remote``, else $SPARK_REMOTE."""
+        import os
+
+        url = self.remote or os.environ.get("SPARK_REMOTE", "")
+        if not url.startswith("sc://"):
+            raise SessionError(
+                f"expected the Spark Connect server of environment {self.name!r} (remote: "
+                "sc://host:port, or $SPARK_REMOTE), found " + (repr(url) if url else "neither"))
+        return url
 
     @field_validator("remote")
     @classmethod
