@@ -19,14 +19,12 @@ The plugin gives:
 - ``backlog``: whether input waits in a table's own source, read without Spark (optional: a
   layer without one reads only other tables, whose new commits the framework sees itself); None
   when only Spark can tell (a log of records' offsets), and the table then always runs;
-- ``offsets``: for a table whose source is a log of records, how to read per topic and
-  partition the offset the table reached, the log's latest and the lag, for ``medallion
-  status`` (optional; None for a table without them);
-- ``reread``: how ``medallion refresh`` reads a table's inputs again, batch by batch, for a
-  table its spec rebuilds so (:attr:`RebuildMethod.REREAD
-  <framework.config.model.RebuildMethod.REREAD>`): a :class:`Reread` (optional);
-- ``packages``: the Maven coordinates of the jars the layer's jobs need on Spark's classpath
-  besides Delta's (a source's connector, say), which every session is started with (optional).
+- ``offsets``: how ``medallion status`` reads the offsets a table reached in its log of records
+  (:data:`Offsets`; optional, and None for a table without them);
+- ``reread``: how ``medallion refresh`` reads again the inputs of a table rebuilt by
+  ``RebuildMethod.REREAD`` (:class:`Reread`; optional);
+- ``packages``: the Maven coordinates of the jars the layer's jobs need besides Delta's (a
+  source's connector, say), which every session starts with (optional).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -69,7 +67,6 @@ JobFactory = Callable[["SparkSession", "Table", "RunContext"], Job]
 # when its columns cannot be known before it runs; the problems found resolving its SQL)
 Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructType]"],
                    "tuple[StructType | None, list[ConfigError]]"]
-
 
 # (spark) -> per topic and partition of a table's log of records: the offset reached
 # (``committed``), the ``latest`` and the ``lag``
