@@ -83,9 +83,8 @@ from framework.session import (
     DELTA_CATALOG,
     DELTA_EXTENSION,
     cached_jars,
-    delta_package,
-    kafka_package,
     quiet_log_config,
+    spark_packages,
 )
 from tests.support import REPO, medallion_cmd
 
@@ -272,7 +271,7 @@ def write_pipeline(root: Path, code: str = PIPELINE, folder_name: str = "pipelin
     if jars:
         settings["spark.jars"] = ",".join(jars)
     else:
-        settings["spark.jars.packages"] = f"{delta_package()},{kafka_package()}"
+        settings["spark.jars.packages"] = ",".join(spark_packages())
     (folder / "conf" / "spark-defaults.conf").write_text(
         "".join(f"{k} {v}\n" for k, v in settings.items()), encoding="utf-8")
     return folder

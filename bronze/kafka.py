@@ -44,17 +44,19 @@ from bronze.conform import Conformer, refuse_schema_change, schema_change_error
 from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
 from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
-from bronze.streams import StreamTableSpec
-from framework.config.model import Layer, SqlKind
+from bronze.streams import StreamTableSpec, kafka_package
+from framework.config.model import Layer, Runtime, SqlKind
 from framework.delta import create_table
-from framework.errors import ConfigError, QueryFailedError
+from framework.errors import ConfigError, QueryFailedError, SessionError
 from framework.job import RunStatus, StreamingJob
+from framework.jvm import has_class
 from framework.listener import BatchProgress
 from framework.logging import get_logger, timed
 from framework.microbatch import Outcome, TableBatches, batch_commits
-from framework.session import detect_runtime, require_kafka
+from framework.session import detect_runtime
 from framework.sqlcheck import EXAMPLES, parse_schema
 
+KAFKA_SOURCE = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
 RAW = "_raw"
@@ -248,8 +250,6 @@ class StreamBronzeJob(StreamingJob):
                          properties=PROPERTIES)
 
     def read(self) -> DataFrame:
-        from framework.config.model import Runtime
-
         databricks = detect_runtime() is Runtime.DATABRICKS
         options = self.spec.source.spark_options(databricks=databricks)
         return self.spark.readStream.format("kafka").options(**options).load()
@@ -376,3 +376,14 @@ def _listed_offsets(error: str, label: str) -> dict[tuple[str, int], int]:
             except (ValueError, AttributeError):
                 return {}
     return {}
+
+
+def require_kafka(spark: SparkSession) -> None:
+    """Fail with the exact ``--packages`` argument when Spark's Kafka source is missing (a
+    spark-submit without it; Databricks' runtime has its own)."""
+    if detect_runtime() is Runtime.DATABRICKS:
+        return
+    if not has_class(spark, KAFKA_SOURCE):
+        raise SessionError(
+            "expected Spark's Kafka source on the driver's classpath for a Kafka or Event Hubs "
+            f"feed, found it missing. Add to spark-submit: --packages {kafka_package()}")

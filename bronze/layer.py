@@ -4,14 +4,14 @@ into Delta. The spec's model is chosen by ``source.format``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from bronze.commands import add_commands
 from bronze.spec import BronzeTableSpec, SourceFormat
-from bronze.streams import StreamFormat, StreamTableSpec
+from bronze.streams import StreamFormat, StreamTableSpec, kafka_package
 from framework.config.model import Layer, Table, TableSpec
 from framework.errors import ConfigError
-from framework.layers import JobFactory, Kinds, LayerPlugin, Planner
+from framework.layers import JobFactory, Kinds, LayerPlugin, Offsets, Planner, Reread
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,9 +79,32 @@ def backlog(table: Table) -> bool | None:
         not f.path.rsplit("/", 1)[-1].startswith((".", "_")) for f in store.list_files(landing))
 
 
+def offsets(table: Table) -> Offsets | None:
+    """A Kafka or Event Hubs feed's offsets per topic and partition (:mod:`bronze.offsets`);
+    None for a file feed."""
+    spec = table.spec
+    if not isinstance(spec, StreamTableSpec):
+        return None
+
+    def read(spark: SparkSession) -> list[dict[str, Any]]:
+        from bronze.offsets import partition_offsets
+
+        return partition_offsets(spark, [table.location, table.companion_location("quarantine")],
+                                 spec.source.topics(), spec.source.client_settings())
+
+    return read
+
+
+def _reread() -> Reread:
+    from bronze.replay import LedgerReread
+
+    return LedgerReread()
+
+
 KINDS = Kinds(specs={**{f: BronzeTableSpec for f in SourceFormat},
                      **{f: StreamTableSpec for f in StreamFormat}},
               default=SourceFormat.JSON, key="source.format")
 
 PLUGIN = LayerPlugin(layer=Layer.BRONZE, spec=KINDS, job=_job, planner=_planner,
-                     commands=add_commands, backlog=backlog)
+                     commands=add_commands, backlog=backlog, offsets=offsets,
+                     reread=_reread, packages=lambda: [kafka_package()])

@@ -18,14 +18,15 @@ quarantine and ledger commits are found by their tags) and goes on with the next
 Nothing is moved; the landing feed goes on from its checkpoint, after the last batch it read.
 A feed whose files were deleted after ingestion (``clean_source: delete``) or purged from the
 archive cannot be rebuilt: the refresh refuses before anything is emptied
-(:meth:`BronzeTableSpec.rebuild_problem <bronze.spec.BronzeTableSpec.rebuild_problem>`).
+(:meth:`LedgerReread.problem`, bronze's ``reread`` capability: :mod:`framework.layers`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC
+from typing import Any, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,17 +37,32 @@ from bronze.filebatch import FileBatchWriter, Landed
 from bronze.job import Feed
 from bronze.ledger import BatchCounts, ledger_frame
 from bronze.reconcile import Reconciler
-from bronze.spec import replayed
+from bronze.spec import BronzeTableSpec, CleanSource, FileStatus, ledger_path
 from framework.config.model import Layer, Table
-from framework.delta import read_table, replace_rows
+from framework.delta import is_delta_table, read_table, replace_rows, sql_string
 from framework.errors import JobError
 from framework.job import Job, RunStatus, TableRunSummary
 from framework.storage import Storage, local_path, storage_for
 from framework.timeslice import TimeSlice
 
-__all__ = ["BronzeReplayJob", "ReplayedFiles"]
+__all__ = ["BronzeReplayJob", "LedgerReread", "ReplayedFiles"]
 
 REFRESH = "refresh"  # the ledger's ``ingestion`` of a file read again by a refresh
+
+# The ledger statuses of a file whose rows are in bronze and that is still there to read
+# again: in landing, or archived.
+READ_STATUSES = (FileStatus.INGESTED, FileStatus.ARCHIVED)
+
+
+def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool:
+    """Whether a refresh reads the file of a ledger row again: it gave rows and is still
+    there to read (in landing, or archived), and was delivered in ``replay_slice`` (by its
+    modification time) when one is given."""
+    if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
+        return False
+    # (the ledger's times are UTC, read back as naive datetimes)
+    delivered = row["modification_time"].replace(tzinfo=UTC).timestamp() * 1000
+    return replay_slice is None or replay_slice.takes(delivered)
 
 
 def ledger_batches(spark: Any, ledger: str) -> dict[int, list[dict[str, Any]]]:
@@ -56,6 +72,59 @@ def ledger_batches(spark: Any, ledger: str) -> dict[int, list[dict[str, Any]]]:
     for row in rows:
         batches.setdefault(int(row["batch_id"]), []).append(row.asDict())
     return dict(sorted(batches.items()))
+
+
+class LedgerReread:
+    """A file feed's files read again by a refresh, as its ledger lists them
+    (:class:`framework.layers.Reread`)."""
+
+    def problem(self, spark: SparkSession, table: Table,
+                since: TimeSlice | None) -> str | None:
+        """Some file it ingested (delivered in ``since``, when given) is gone: deleted after
+        ingestion (``clean_source: delete``), or purged from the archive (its ledger rows say
+        where each file is)."""
+        if cast(BronzeTableSpec, table.spec).source.clean_source is CleanSource.DELETE:
+            return ("its files were deleted after ingestion (clean_source: delete): there is "
+                    "nothing to read it again from")
+        store = storage_for(table.location, table.env, spark)
+        wanted = [r["location"] for r in _replayed(spark, table, since)]
+        gone = [p for p in wanted if not store.exists(p)]
+        if gone:
+            return (f"{len(gone)} of the {len(wanted)} files it ingested are not where its "
+                    f"ledger says (purged from the archive?), e.g. {gone[0]}")
+        return None
+
+    def where(self, spark: SparkSession, table: Table, since: TimeSlice) -> str | None:
+        """The rows of the files delivered in ``since``, by batch and ``_source_file`` (a
+        file delivered again under its name is another batch's), in bronze and its
+        quarantine: one flat ``IN`` list of the pairs, as the ledger spells each file and as
+        the tables' rows do (rows written before ``_source_file`` took the ledger's form
+        spell it as Spark's URI)."""
+        chosen = {(int(r["batch_id"]), r["path"]) for r in _replayed(spark, table, since)}
+        if not chosen:
+            return None
+        batches = sorted({batch for batch, _ in chosen})
+        pairs = set(chosen)
+        for location in (table.location, table.companion_location("quarantine")):
+            if not is_delta_table(spark, location):
+                continue
+            found = read_table(spark, location) \
+                .where(F.col("_batch_id").isin(batches)) \
+                .select("_batch_id", "_source_file").distinct().collect()
+            pairs |= {(int(r[0]), r[1]) for r in found
+                      if r[1] is not None and (int(r[0]), ledger_path(r[1])) in chosen}
+        listed = ", ".join(f"({batch}L, {sql_string(path)})" for batch, path in sorted(pairs))
+        return f"(_batch_id, _source_file) IN ({listed})"
+
+
+def _replayed(spark: SparkSession, table: Table,
+              since: TimeSlice | None) -> list[dict[str, Any]]:
+    """The ledger rows of the files a refresh reads again (:func:`replayed`)."""
+    ledger = table.companion_location("files")
+    if not is_delta_table(spark, ledger):
+        return []
+    return [r for rows in ledger_batches(spark, ledger).values() for r in rows
+            if replayed(r, since)]
 
 
 @dataclass(frozen=True)
@@ -149,7 +218,7 @@ class BronzeReplayJob(Job):
         super().prepare()
         self.feed.prepare(0)
         batches = ledger_batches(self.spark, self.table.companion_location("files"))
-        self.source = ReplayedFiles(batches, self.ctx.replay_slice, self.ctx.operation)
+        self.source = ReplayedFiles(batches, self.ctx.reread_slice, self.ctx.operation)
 
     def execute(self) -> RunStatus:
         self.started = True

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import UTC
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -25,7 +24,6 @@ from framework.config.model import (
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
 from framework.storage import from_uri, local_path
-from framework.timeslice import TimeSlice
 
 
 class FileStatus(StrEnum):
@@ -36,22 +34,6 @@ class FileStatus(StrEnum):
     DELETED = "deleted"
     FAILED = "failed"  # not ingested (unreadable, or no record in it parsed): see its error
     QUARANTINED = "quarantined"  # a failed file, moved whole to the quarantine folder
-
-
-# The ledger statuses of a file whose rows are in bronze and that is still there to read
-# again: in landing, or archived.
-READ_STATUSES = (FileStatus.INGESTED, FileStatus.ARCHIVED)
-
-
-def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool:
-    """Whether a refresh reads the file of a ledger row again: it gave rows and is still
-    there to read (in landing, or archived), and was delivered in ``replay_slice`` (by its
-    modification time) when one is given."""
-    if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
-        return False
-    # (the ledger's times are UTC, read back as naive datetimes)
-    delivered = row["modification_time"].replace(tzinfo=UTC).timestamp() * 1000
-    return replay_slice is None or replay_slice.takes(delivered)
 
 
 def ledger_path(source_file: str) -> str:
@@ -174,64 +156,8 @@ class BronzeTableSpec(TableSpec):
     def rebuild(self, table: Table) -> Rebuild:
         """Its table and quarantine emptied, its checkpoint and ledger kept: the batches of
         the ledger read again from their files (:mod:`bronze.replay`)."""
-        return Rebuild(RebuildMethod.REPLAY, (table.location,
+        return Rebuild(RebuildMethod.REREAD, (table.location,
                                               table.companion_location("quarantine")))
-
-    def rebuild_problem(self, spark: Any, table: Table,
-                        replay_slice: TimeSlice | None = None) -> str | None:
-        """Some file it ingested (in ``replay_slice``, when given) is gone: deleted after
-        ingestion (``clean_source: delete``), or purged from the archive (its ledger rows say
-        where each file is)."""
-        from framework.storage import storage_for
-
-        if self.source.clean_source is CleanSource.DELETE:
-            return ("its files were deleted after ingestion (clean_source: delete): there is "
-                    "nothing to read it again from")
-        store = storage_for(table.location, table.env, spark)
-        wanted = [r["location"] for r in self._replayed(spark, table, replay_slice)]
-        gone = [p for p in wanted if not store.exists(p)]
-        if gone:
-            return (f"{len(gone)} of the {len(wanted)} files it ingested are not where its "
-                    f"ledger says (purged from the archive?), e.g. {gone[0]}")
-        return None
-
-    def replay_where(self, spark: Any, table: Table, replay_slice: TimeSlice) -> str | None:
-        """The rows of the files delivered in the slice, by batch and ``_source_file`` (a
-        file delivered again under its name is another batch's), in bronze and its
-        quarantine: one flat ``IN`` list of the pairs, as the ledger spells each file and as
-        the tables' rows do (rows written before ``_source_file`` took the ledger's form
-        spell it as Spark's URI)."""
-        from pyspark.sql import functions as F
-
-        from framework.delta import is_delta_table, read_table, sql_string
-
-        chosen = {(int(r["batch_id"]), r["path"])
-                  for r in self._replayed(spark, table, replay_slice)}
-        if not chosen:
-            return None
-        batches = sorted({batch for batch, _ in chosen})
-        pairs = set(chosen)
-        for location in (table.location, table.companion_location("quarantine")):
-            if not is_delta_table(spark, location):
-                continue
-            found = read_table(spark, location) \
-                .where(F.col("_batch_id").isin(batches)) \
-                .select("_batch_id", "_source_file").distinct().collect()
-            pairs |= {(int(r[0]), r[1]) for r in found
-                      if r[1] is not None and (int(r[0]), ledger_path(r[1])) in chosen}
-        listed = ", ".join(f"({batch}L, {sql_string(path)})" for batch, path in sorted(pairs))
-        return f"(_batch_id, _source_file) IN ({listed})"
-
-    def _replayed(self, spark: Any, table: Table,
-                  replay_slice: TimeSlice | None) -> list[dict[str, Any]]:
-        """The ledger rows of the files a refresh reads again (:func:`replayed`)."""
-        from framework.delta import is_delta_table, read_table
-
-        ledger = table.companion_location("files")
-        if not is_delta_table(spark, ledger):
-            return []
-        rows = read_table(spark, ledger).where("batch_id >= 0").collect()
-        return [r.asDict() for r in rows if replayed(r.asDict(), replay_slice)]
 
     def landing(self, table: Table) -> str:
         return table.env.resolve(self.source.path)

@@ -20,7 +20,7 @@ such jump is logged (``bronze.kafka.offsets_lost``) and counted in the run summa
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -196,12 +196,6 @@ class StreamTableSpec(TableSpec):
         default=None, description="The values are change events: 'debezium', or "
         "{format: debezium, sequence: [source.lsn]} (see bronze.cdc).")
 
-    def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
-        from bronze.offsets import partition_offsets
-
-        return partition_offsets(spark, [table.location, table.companion_location("quarantine")],
-                                 self.source.topics(), self.source.client_settings())
-
     def sql_texts(self) -> list[SqlText]:
         schema = self.source.schema_
         return [*([SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []),
@@ -210,6 +204,16 @@ class StreamTableSpec(TableSpec):
     def check(self, table: Table) -> list[ConfigError]:
         return cdc_problems(self.cdc, json_feed=True, found_format=self.source.format.value,
                             schema=self.source.schema_, rescued_column=self.rescued_column)
+
+
+def kafka_package() -> str:
+    """The Maven coordinate of Spark's Kafka source (Kafka and Event Hubs feeds), matching the
+    installed pyspark; on Databricks the runtime has its own."""
+    import pyspark
+
+    from framework.session import SCALA_VERSION
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{pyspark.__version__}"
 
 
 def _json(value: object) -> str:

@@ -344,7 +344,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     if args.since and args.until and args.since >= args.until:
         raise UsageError(f"expected --since before --until, found {args.since.isoformat()} "
                          f"and {args.until.isoformat()}")
-    replay_slice = TimeSlice(args.since, args.until) if args.since or args.until else None
+    reread_slice = TimeSlice(args.since, args.until) if args.since or args.until else None
     project = project_of(args)
     stop = StopSignal()
     with stop.on_signals(signal.SIGTERM, signal.SIGINT):
@@ -362,7 +362,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
                 print(f"error: {still_open}", file=sys.stderr)
                 return EXIT_FAILED
         refresh = Refresh(spark, project, ctx, run_tables)
-        plan = plan_refresh(spark, project, args.table, args.downstream, replay_slice)
+        plan = plan_refresh(spark, project, args.table, args.downstream, reread_slice)
         print(plan.render(), flush=True)
         if args.dry_run:
             return EXIT_OK

@@ -5,7 +5,7 @@ trying the connect runtime without a cluster).
 pyspark ships the server (``jars/spark-connect_2.13-<version>.jar``) but no start script, so
 ``spark-submit`` starts its class directly. The server is a driver like a local session's:
 the same settings (:func:`framework.session.local_settings`: Delta, the catalog and Derby
-metastore under the lake's root, the quiet log), Delta's and Kafka's jars from the cache the
+metastore under the lake's root, the quiet log), Delta's and the layers' jars from the cache the
 setup filled, and this Python for the work it runs in Python (foreachBatch functions).
 It listens on a loopback address only::
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from framework.config.model import Environment, Runtime
 from framework.errors import SessionError
 from framework.logging import get_logger
-from framework.session import cached_jars, delta_package, kafka_package, local_settings
+from framework.session import cached_jars, local_settings, spark_packages
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 HOST = "127.0.0.1"
@@ -90,7 +90,7 @@ def command(root: str, port: int, master: str = "local[2]", memory: str = "1g") 
     if jars:
         args += ["--jars", ",".join(j.removeprefix("file://") for j in jars)]
     else:
-        args += ["--packages", f"{delta_package()},{kafka_package()}"]
+        args += ["--packages", ",".join(spark_packages())]
     for key, value in settings.items():
         args += ["--conf", f"{key}={value}"]
     return args

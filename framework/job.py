@@ -175,9 +175,9 @@ class RunContext:
     stop: StopSignal = field(default_factory=StopSignal)
     stop_grace_seconds: float = 300.0
     operation: str | None = None  # the refresh whose tables this run rebuilds (the history's)
-    # a refresh of only what was delivered in this slice: a job that replays what it was fed
-    # (bronze) reads again only those files
-    replay_slice: TimeSlice | None = None
+    # a refresh of only what was delivered in this slice: a job that reads its inputs again
+    # (a feed of files) reads only those delivered in it
+    reread_slice: TimeSlice | None = None
     # tables run at once at most (framework.runner.run_tables): those that do not read each
     # other
     parallel: int = 1
@@ -462,10 +462,8 @@ class StreamingJob(Job):
     def _remote(self) -> str | None:
         """The Spark Connect server the environment names (runtime connect), None where the
         platform made the session (Databricks: its client ends with the task's session)."""
-        from framework.session import remote_url
-
         try:
-            return remote_url(self.table.env)
+            return self.table.env.remote_url()
         except MedallionError:
             return None
 

@@ -18,7 +18,13 @@ The plugin gives:
 - ``commands``: the layer's own ``medallion`` sub-commands (optional);
 - ``backlog``: whether input waits in a table's own source, read without Spark (optional: a
   layer without one reads only other tables, whose new commits the framework sees itself); None
-  when only Spark can tell (a log of records' offsets), and the table then always runs.
+  when only Spark can tell (a log of records' offsets), and the table then always runs;
+- ``offsets``: how ``medallion status`` reads the offsets a table reached in its log of records
+  (:data:`Offsets`; optional, and None for a table without them);
+- ``reread``: how ``medallion refresh`` reads again the inputs of a table rebuilt by
+  ``RebuildMethod.REREAD`` (:class:`Reread`; optional);
+- ``packages``: the Maven coordinates of the jars the layer's jobs need besides Delta's (a
+  source's connector, say), which every session starts with (optional).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
@@ -44,6 +50,7 @@ if TYPE_CHECKING:
 
     from framework.config.model import Table, TableSpec
     from framework.job import RunContext, TableRunSummary
+    from framework.timeslice import TimeSlice
 
 GROUP = "medallion.layers"
 
@@ -60,6 +67,23 @@ JobFactory = Callable[["SparkSession", "Table", "RunContext"], Job]
 # when its columns cannot be known before it runs; the problems found resolving its SQL)
 Planner = Callable[["SparkSession", "Table", "Mapping[tuple[Layer, str], StructType]"],
                    "tuple[StructType | None, list[ConfigError]]"]
+
+# (spark) -> per topic and partition of a table's log of records: the offset reached
+# (``committed``), the ``latest`` and the ``lag``
+Offsets = Callable[["SparkSession"], "list[dict[str, Any]]"]
+
+
+class Reread(Protocol):
+    """How a layer reads a table's inputs again, batch by batch, for ``medallion refresh`` (the
+    table emptied, its checkpoint kept): all of them, or those delivered in ``since``."""
+
+    def problem(self, spark: SparkSession, table: Table, since: TimeSlice | None) -> str | None:
+        """Why they cannot be read again now (what they would be read from is gone), found
+        before anything is emptied; None: they can."""
+
+    def where(self, spark: SparkSession, table: Table, since: TimeSlice) -> str | None:
+        """A SQL predicate over the table's Delta tables (its own, its companions) that holds
+        for the rows a reread of ``since`` writes again; None: nothing of it was fed."""
 
 
 class Commands(Protocol):
@@ -103,6 +127,9 @@ class LayerPlugin:
     planner: Callable[[], Planner] | None = None
     commands: Callable[[Commands], None] | None = None
     backlog: Callable[[Table], bool | None] | None = None
+    offsets: Callable[[Table], Offsets | None] | None = None
+    reread: Callable[[], Reread] | None = None
+    packages: Callable[[], list[str]] | None = None
 
     @property
     def models(self) -> list[type[TableSpec]]:
@@ -154,6 +181,28 @@ def backlog_of(table: Table) -> bool | None:
     """Whether input waits in ``table``'s own source (see :class:`LayerPlugin`)."""
     backlog = plugin(table.layer).backlog
     return backlog(table) if backlog is not None else False
+
+
+def offsets_of(table: Table) -> Offsets | None:
+    """How to read the offsets of ``table``'s log of records; None: it has none."""
+    offsets = plugin(table.layer).offsets
+    return offsets(table) if offsets is not None else None
+
+
+def reread_of(table: Table) -> Reread:
+    """How ``table``'s inputs are read again; a clear error when its layer does not say."""
+    make = plugin(table.layer).reread
+    if make is None:
+        raise ConfigError(f"expected the {table.layer.value} layer to say how a refresh reads "
+                          f"{table.full_name}'s inputs again (LayerPlugin.reread), as its spec "
+                          f"rebuilds it by rereading them; found nothing")
+    return make()
+
+
+def layer_packages() -> list[str]:
+    """The Maven coordinates every installed layer asks for (see :class:`LayerPlugin`)."""
+    return list(dict.fromkeys(p for plugin in plugins().values() if plugin.packages
+                              for p in plugin.packages()))
 
 
 def planner(layer: Layer) -> Planner | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import io
 import json
 import pickle
@@ -173,6 +174,17 @@ class StepFunction:
         self.outcomes.put(outcome)
 
 
+@functools.cache
+def _figure_packages() -> frozenset[str]:
+    """The packages whose classes an outcome may hold: the framework's and the installed
+    layers' (their plugins' entry points)."""
+    from importlib.metadata import entry_points
+
+    # (framework.layers.GROUP: importing it would close a cycle through framework.job)
+    return frozenset({"framework", *(ep.module.split(".")[0]
+                                     for ep in entry_points(group="medallion.layers"))})
+
+
 class _OutcomeUnpickler(pickle.Unpickler):
     """Reads an outcome: plain data and the framework's own classes of figures (dataclasses),
     nothing else (a checkpoint file is no place to run code from)."""
@@ -185,7 +197,7 @@ class _OutcomeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self.SAFE:
             return super().find_class(module, name)
-        if module.split(".")[0] in ("framework", "bronze", "silver", "gold"):
+        if module.split(".")[0] in _figure_packages():
             found = super().find_class(module, name)
             if dataclasses.is_dataclass(found) or (isinstance(found, type) and \
                     issubclass(found, enum.Enum)):

@@ -15,14 +15,15 @@ too) takes these steps, in the tables' flow order, each recorded in the lake's j
 4. ``rebuilt``: the tables run (availableNow) from their new checkpoints;
 5. ``done``: the journal closed, the old checkpoints deleted.
 
-A table whose spec says to rebuild it by replaying what it was fed (``RebuildMethod.REPLAY``:
-a bronze feed of files, :mod:`bronze.replay`) keeps its checkpoint; it is emptied, and its job
-in the rebuild, told by the run's ``operation``, reads its batches again. A table that cannot
-be rebuilt now (its files purged) is refused at the plan, before anything is emptied. With a
-``--since``/``--until`` slice (bronze feeds only), the plan holds the predicate of the rows of
-the files delivered in it (:meth:`TableSpec.replay_where
-<framework.config.model.TableSpec.replay_where>`): the reset deletes those rows alone, the job
-reads those files alone, and the tables downstream are rebuilt whole as always.
+A table whose spec says to rebuild it by reading its inputs again (``RebuildMethod.REREAD``:
+a feed of files) keeps its checkpoint; it is emptied, and its job in the rebuild, told by the
+run's ``operation``, reads its batches again. Its layer's ``reread`` capability
+(:class:`framework.layers.Reread`) says whether it can be rebuilt now (what it would be read
+from may be gone): a table that cannot is refused at the plan, before anything is emptied.
+With a ``--since``/``--until`` slice (such tables only), the plan holds the predicate of the
+rows of the inputs delivered in it (:meth:`Reread.where <framework.layers.Reread.where>`): the
+reset deletes those rows alone, the job reads those inputs alone, and the tables downstream
+are rebuilt whole as always.
 
 **Killed at any step, a refresh is completed**, never rolled back, by the next ``medallion
 refresh`` or ``medallion run``, which reads the journal before anything else: the steps from
@@ -60,6 +61,7 @@ from framework.delta import (
 from framework.errors import JobError, OperationOpenError, StorageError, UsageError
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
+from framework.layers import reread_of
 from framework.logging import get_logger
 from framework.staleness import SPEC_WRITTEN
 from framework.storage import Storage, storage_for
@@ -87,13 +89,16 @@ class PlannedTable:
     checkpoint: str | None = None
     targets: tuple[Target, ...] = ()
     properties: tuple[str, ...] = ()
-    # of a slice's replay: the rows its tables lose and get again (None: all of them)
+    # of a slice read again: the rows its tables lose and get again (None: all of them)
     where: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlannedTable:
+        method = data["method"]
         return cls(**{**data, "targets": tuple(Target(**t) for t in data["targets"]),
-                      "properties": tuple(data["properties"])})
+                      "properties": tuple(data["properties"]),
+                      # (the name of REREAD in a journal written before it was renamed)
+                      "method": RebuildMethod.REREAD.value if method == "replay" else method})
 
 
 @dataclass(frozen=True)
@@ -102,15 +107,16 @@ class RefreshPlan:
 
     tables: tuple[PlannedTable, ...]
     asked: tuple[str, ...] = field(default=())
-    replay_slice: TimeSlice | None = None  # --since/--until of a bronze feed's refresh
+    reread_slice: TimeSlice | None = None  # --since/--until: only the inputs delivered in it
 
     def to_json(self) -> dict[str, Any]:
         return {"asked": list(self.asked), "tables": [asdict(t) for t in self.tables],
-                "replay_slice": self.replay_slice.to_json() if self.replay_slice else None}
+                "reread_slice": self.reread_slice.to_json() if self.reread_slice else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RefreshPlan:
-        sliced = data.get("replay_slice")
+        # (a journal written before the key was renamed names it replay_slice)
+        sliced = data.get("reread_slice", data.get("replay_slice"))
         return cls(tuple(PlannedTable.from_json(t) for t in data["tables"]),
                    tuple(data.get("asked", ())), TimeSlice.from_json(sliced) if sliced else None)
 
@@ -129,8 +135,8 @@ class RefreshPlan:
                             if target.version is not None else f"{name} (none yet)")
             how = "emptied, rebuilt whole" if t.method == RebuildMethod.WHOLE.value \
                 else "emptied, its query read again from the start"
-            if t.method == RebuildMethod.REPLAY.value:
-                how = f"the rows of the files delivered in {self.replay_slice} read again" \
+            if t.method == RebuildMethod.REREAD.value:
+                how = f"the rows of the files delivered in {self.reread_slice} read again" \
                     if t.where else "emptied, the files it was fed read again"
             lines.append(f"  {t.table:<{width}}  {how}: " + "; ".join(held))
             if t.checkpoint:
@@ -148,38 +154,40 @@ def resolve_table(project: ProjectConfig, name: str) -> Table:
 
 
 def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
-                 downstream: bool, replay_slice: TimeSlice | None = None) -> RefreshPlan:
+                 downstream: bool, reread_slice: TimeSlice | None = None) -> RefreshPlan:
     """The plan of refreshing ``names`` (and, with ``downstream``, every table that reads
-    them): what each table holds now. With ``replay_slice``, the named tables must be ones
-    rebuilt by replaying what they were fed (bronze feeds): only the files delivered in the
+    them): what each table holds now. With ``reread_slice``, the named tables must be ones
+    rebuilt by reading their inputs again (feeds of files): only the inputs delivered in the
     slice are read again, and their rows alone replaced; the tables downstream are rebuilt
     whole, as always. Raises :class:`UsageError` for a table a refresh cannot rebuild, and,
     without ``downstream``, for tables that read a refreshed one, which would otherwise keep
     rows their source no longer has."""
     asked = [resolve_table(project, n) for n in names]
-    _check_asked(asked, replay_slice)
+    _check_asked(asked, reread_slice)
     tables = project.fed_by(asked)
     _check_readers(asked, tables, downstream)
     for table in tables:
-        why = table.spec.rebuild_problem(spark, table, replay_slice)
+        rebuild = table.spec.rebuild(table)
+        reread = reread_of(table) if rebuild and rebuild.method is RebuildMethod.REREAD else None
+        why = reread.problem(spark, table, reread_slice) if reread else None
         if why:
             raise UsageError(f"expected {table.full_name} to be one refresh can rebuild, "
                              f"found that {why}")
-    planned = tuple(_planned_table(spark, table, replay_slice) for table in tables)
-    return RefreshPlan(planned, tuple(t.full_name for t in asked), replay_slice)
+    planned = tuple(_planned_table(spark, table, reread_slice) for table in tables)
+    return RefreshPlan(planned, tuple(t.full_name for t in asked), reread_slice)
 
 
-def _check_asked(asked: list[Table], replay_slice: TimeSlice | None) -> None:
+def _check_asked(asked: list[Table], reread_slice: TimeSlice | None) -> None:
     """Raise :class:`UsageError` unless refresh can rebuild every table asked for (with
-    ``replay_slice``, by replaying the files it was fed)."""
+    ``reread_slice``, by reading again the files it was fed)."""
     for table in asked:
         why = table.spec.rebuild_refusal(table)
         if why:
             raise UsageError(f"expected a table refresh can rebuild, found {table.full_name}: "
                              f"{why}")
-    if replay_slice is not None:
+    if reread_slice is not None:
         whole = [t.full_name for t in asked if (r := t.spec.rebuild(t)) is None
-                 or r.method is not RebuildMethod.REPLAY]
+                 or r.method is not RebuildMethod.REREAD]
         if whole:
             raise UsageError(f"expected feeds of files (bronze) to refresh with --since/--until, "
                              f"found {', '.join(whole)}: a refresh reads its source's whole "
@@ -207,17 +215,17 @@ def _check_readers(asked: list[Table], tables: Sequence[Table], downstream: bool
 
 
 def _planned_table(spark: SparkSession, table: Table,
-                   replay_slice: TimeSlice | None) -> PlannedTable:
+                   reread_slice: TimeSlice | None) -> PlannedTable:
     """How ``table`` is rebuilt, and what the Delta tables it writes hold now."""
     rebuild = table.spec.rebuild(table)
     if rebuild is None:
         return PlannedTable(table.full_name, table.layer.value, table.name, None)
     where = None
-    if replay_slice is not None and rebuild.method is RebuildMethod.REPLAY:
-        where = table.spec.replay_where(spark, table, replay_slice)
+    if reread_slice is not None and rebuild.method is RebuildMethod.REREAD:
+        where = reread_of(table).where(spark, table, reread_slice)
         if where is None:
             raise UsageError(f"expected files of {table.full_name} delivered in "
-                             f"{replay_slice} to read again, found none in its ledger")
+                             f"{reread_slice} to read again, found none in its ledger")
     targets = tuple(_target(spark, location) for location in rebuild.locations)
     return PlannedTable(
         table.full_name, table.layer.value, table.name, rebuild.method.value,
@@ -365,7 +373,7 @@ class Refresh:
         # availableNow whatever the command's trigger (a continuous run completing it first);
         # the run history's rows of the rebuild name the refresh
         ctx = replace(self.ctx, trigger=TriggerPolicy(), operation=op,
-                      replay_slice=plan.replay_slice)
+                      reread_slice=plan.reread_slice)
         return self.run(self.spark, self.project, tables, ctx)
 
 

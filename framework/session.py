@@ -1,9 +1,10 @@
 """One entry, :func:`get_spark`, that returns the SparkSession for an environment.
 
-* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars and Spark's Kafka
-  source's resolved from Maven Central through delta-spark's pip helper (cached by Ivy;
-  ``python -m framework.session`` warms the cache), and a warehouse plus embedded Derby
-  metastore under the lakehouse root, so tables persist by name across runs.
+* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars and those the
+  layers ask for (:func:`spark_packages`) resolved from Maven Central through delta-spark's
+  pip helper (cached by Ivy; ``python -m framework.session`` warms the cache), and a
+  warehouse plus embedded Derby metastore under the lakehouse root, so tables persist by name
+  across runs.
 * **databricks**: the cluster's active session, as it is: no master, no packages, never stopped
   (a classic session, or a Spark Connect one on serverless compute and in standard access
   mode, which :meth:`Runtime.databricks_connect` detects from the environment before the
@@ -40,6 +41,7 @@ from framework.jvm import (
     launch_driver,
     set_log_level,
 )
+from framework.layers import layer_packages
 from framework.logging import get_logger
 from framework.redaction import spark_redaction
 from framework.storage import local_path
@@ -72,12 +74,10 @@ def _major_minor(release: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def kafka_package() -> str:
-    """The Maven coordinate of Spark's Kafka source (Kafka and Event Hubs feeds), matching the
-    installed pyspark; on Databricks the runtime has its own."""
-    import pyspark
-
-    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{pyspark.__version__}"
+def spark_packages() -> list[str]:
+    """The Maven coordinates of the jars a session is started with: Delta's, then those the
+    installed layers ask for (:func:`framework.layers.layer_packages`)."""
+    return [delta_package(), *layer_packages()]
 
 
 def hadoop_azure_package(hadoop_version: str) -> str:
@@ -89,9 +89,6 @@ def detect_runtime() -> Runtime:
     """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
     Connect if ``$SPARK_REMOTE`` names a server; else local (:meth:`Runtime.detect`)."""
     return Runtime.detect()
-
-
-REMOTE_VARIABLE = "SPARK_REMOTE"
 
 
 def resolved_runtime(env: Environment) -> Runtime:
@@ -106,17 +103,6 @@ def on_spark_connect(env: Environment) -> bool:
     runtime = resolved_runtime(env)
     return runtime is Runtime.CONNECT or (
         runtime is Runtime.DATABRICKS and Runtime.databricks_connect())
-
-
-def remote_url(env: Environment) -> str:
-    """The Spark Connect server of a connect environment: ``remote``, else $SPARK_REMOTE."""
-    url = env.remote or os.environ.get(REMOTE_VARIABLE, "")
-    if not url.startswith("sc://"):
-        raise SessionError(
-            f"expected the Spark Connect server of environment {env.name!r} (remote: "
-            f"sc://host:port, or ${REMOTE_VARIABLE}), found "
-            + (repr(url) if url else "neither"))
-    return url
 
 
 def get_spark(
@@ -276,7 +262,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     if jars:
         settings["spark.jars"] = ",".join(jars)
     else:  # resolved by Spark from Maven Central, as delta's configure_spark_with_delta_pip does
-        settings["spark.jars.packages"] = f"{delta_package()},{kafka_package()}"
+        settings["spark.jars.packages"] = ",".join(spark_packages())
     settings = {"spark.master": env.master, "spark.app.name": app_name, **settings}
     debug = os.environ.get(JAVA_STACKS) == "1"
     launch_driver(settings, notices=debug)
@@ -342,13 +328,13 @@ def quiet_log_config() -> str:
 def _manifest() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     name = "+".join(p.rsplit(":", 2)[1] + "_" + p.rsplit(":", 1)[1]
-                    for p in (delta_package(), kafka_package()))
+                    for p in spark_packages())
     return cache / "medallion" / f"{name}.jars"
 
 
 def cached_jars() -> list[str]:
-    """Delta's and Spark's Kafka source's jars as resolved once by Spark from Maven Central,
-    if all are still cached.
+    """The jars of :func:`spark_packages` as resolved once by Spark from Maven Central, if all
+    are still cached.
 
     Resolving ``spark.jars.packages`` runs Ivy at every start (seconds, and a report on
     stdout); after the first resolution the local jar files are handed to Spark directly.
@@ -367,7 +353,7 @@ def _remember_jars(spark: SparkSession) -> None:
 
     resolved = configured_jars(spark)
     # Ivy names a jar <group>_<artifact>-<version>.jar; those pyspark ships already (Hadoop's
-    # client, which Spark's Kafka token provider depends on) are not handed over twice.
+    # client, which a connector may depend on) are not handed over twice.
     shipped = set(os.listdir(Path(pyspark.__file__).parent / "jars"))
     jars = [j for j in resolved.split(",")
             if j and j.rsplit("/", 1)[-1].split("_", 1)[-1] not in shipped]
@@ -446,24 +432,10 @@ def require_delta(spark: SparkSession, needs_azure: bool = False) -> None:
         )
 
 
-KAFKA_SOURCE = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-
-
-def require_kafka(spark: SparkSession) -> None:
-    """Fail with the exact ``--packages`` argument when Spark's Kafka source is missing (a
-    spark-submit without it; Databricks' runtime has its own)."""
-    if detect_runtime() is Runtime.DATABRICKS:
-        return
-    if not has_class(spark, KAFKA_SOURCE):
-        raise SessionError(
-            "expected Spark's Kafka source on the driver's classpath for a Kafka or Event Hubs "
-            f"feed, found it missing. Add to spark-submit: --packages {kafka_package()}")
-
-
 def _connect(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     """A session of the environment's Spark Connect server, with the session settings every
     runtime has (the server's own settings, static ones, stay the server's)."""
-    url = remote_url(env)
+    url = env.remote_url()
     try:
         spark = SparkSession.builder.remote(url).getOrCreate()
     except ImportError as exc:
@@ -523,7 +495,7 @@ _BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSessi
 
 
 def main() -> None:
-    """Warm the Ivy cache with Delta's and the Kafka source's jars (run by the setup step, so
+    """Warm the Ivy cache with the jars of :func:`spark_packages` (run by the setup step, so
     tests never pay it)."""
     import tempfile
 
@@ -533,7 +505,7 @@ def main() -> None:
         env = Environment(name="warmup", runtime=Runtime.LOCAL, root=root, master="local[1]")
         spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
         spark.range(1).write.format("delta").save(os.path.join(root, "probe"))
-        print(f"jars ready: {delta_package()}, {kafka_package()} (Spark {spark.version})")
+        print(f"jars ready: {', '.join(spark_packages())} (Spark {spark.version})")
         spark.stop()
 
 

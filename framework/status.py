@@ -26,8 +26,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from framework.checkpoint import last_committed_batch
-from framework.config.model import Stored, Table, TableSpec
+from framework.config.model import Stored, Table
 from framework.identifiers import quote_name
+from framework.layers import offsets_of
 from framework.storage import UPLOADING_SUFFIX, local_path, scheme_of, storage_for
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
         commit = latest_commit(spark, table.full_name) if kind == "delta" else None
         if commit is not None:
             version, last_commit = commit.version, commit.timestamp
-    offsets = table.spec.source_offsets(spark, table) if kind != "missing" else None
+    read = offsets_of(table) if kind != "missing" else None
+    offsets = read(spark) if read is not None else None
     return _with_progress(table, kind, rows, version, last_commit, offsets, spark)
 
 
@@ -102,9 +104,8 @@ def logged_status(table: Table, session: Session, *, count: bool = False) -> Tab
         rows = read_table(session(), table.location).count()
     elif count and kind != "missing" and rows is None:
         return table_status(session(), table)
-    offsets = None
-    if kind != "missing" and _reports_offsets(table.spec):
-        offsets = table.spec.source_offsets(session(), table)
+    read = offsets_of(table) if kind != "missing" else None
+    offsets = read(session()) if read is not None else None
     return _with_progress(table, kind, rows, version, last_commit, offsets, None)
 
 
@@ -136,11 +137,6 @@ def _with_progress(table: Table, kind: str, rows: int | None, version: int | Non
         skipped = ()
     return TableStatus(table.full_name, kind, rows, version, batch if batch >= 0 else None,
                        pending, pending_bytes, skipped, tuple(offsets or ()), last_commit)
-
-
-def _reports_offsets(spec: TableSpec) -> bool:
-    """Whether the spec's kind reports source offsets (overrides the hook's default)."""
-    return type(spec).source_offsets is not TableSpec.source_offsets
 
 
 def _upstream_exist(table: Table) -> bool:

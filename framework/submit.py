@@ -3,7 +3,7 @@
 ``deploy/yarn/submit.sh`` calls ``python -m framework.submit`` and appends what it prints
 (arguments separated by NUL bytes) to its ``spark-submit`` line:
 
-* Delta's jars and Spark's Kafka source's: the local files resolved once by the setup
+* Delta's jars and those the layers ask for: the local files resolved once by the setup
   (``--jars``, shipped to the cluster), else their Maven coordinates (``--packages``); plus
   hadoop-azure, matching Spark's Hadoop client, when the environment's root is an ``abfss://`` URL.
 * in cluster mode, where the driver runs in a YARN container: the configuration folder as an
@@ -34,11 +34,11 @@ import yaml
 from framework.config.loader import load_project
 from framework.config.model import Environment
 from framework.errors import MedallionError
+from framework.layers import layer_packages
 from framework.session import (
     cached_jars,
     delta_package,
     hadoop_azure_package,
-    kafka_package,
     quiet_log_config,
 )
 
@@ -56,7 +56,7 @@ def spark_hadoop_version() -> str:
 
 
 def dependency_args(env: Environment) -> list[str]:
-    """``--jars`` (cached) or ``--packages`` for Delta and Spark's Kafka source, plus
+    """``--jars`` (cached) or ``--packages`` for Delta and the layers' packages, plus
     hadoop-azure for abfss roots."""
     packages = []
     if env.root.startswith(("abfss://", "abfs://")):
@@ -67,7 +67,7 @@ def dependency_args(env: Environment) -> list[str]:
         args = ["--jars", ",".join(jars)]
     else:
         args = []
-        packages[:0] = [os.environ.get("DELTA_PACKAGE") or delta_package(), kafka_package()]
+        packages[:0] = [os.environ.get("DELTA_PACKAGE") or delta_package(), *layer_packages()]
     if packages:
         args += ["--packages", ",".join(packages)]
     return args

@@ -81,10 +81,10 @@ def test_a_connect_environment_names_its_server(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:15002")
     assert Environment(name="e", runtime=Runtime.CONNECT, root="/tmp/lake").remote is None
     auto = Environment(name="e", root="/tmp/lake")
-    from framework.session import remote_url, resolved_runtime
+    from framework.session import resolved_runtime
 
     assert resolved_runtime(auto) is Runtime.CONNECT
-    assert remote_url(auto) == "sc://localhost:15002"
+    assert auto.remote_url() == "sc://localhost:15002"
 
 
 def test_validate_refuses_a_root_a_connect_client_cannot_reach(

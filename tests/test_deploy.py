@@ -17,9 +17,10 @@ import yaml
 from pyspark.sql import SparkSession
 
 import framework
+from bronze.streams import kafka_package
 from framework.cli import build_parser
 from framework.config.loader import load_project
-from framework.session import delta_package, kafka_package, on_spark_connect
+from framework.session import delta_package, on_spark_connect
 from framework.submit import dependency_args, spark_hadoop_version, submit_args
 from tests.support import BIN, REPO, Lakehouse, bronze_spec, write_order_files
 

@@ -15,12 +15,13 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from framework.config.model import Layer
+from framework.config.model import Layer, RebuildMethod
 from framework.job import RunContext, RunSummary
 from framework.journal import Journal, JournalState
 from framework.refresh import Refresh, plan_refresh
 from framework.runner import run_tables
 from framework.storage import LocalStorage
+from framework.timeslice import TimeSlice
 from tests.support import CliRun, Lakehouse, bronze_spec, cli, order, run_history, write_json_lines
 
 AMOUNT = "quantity * 2"
@@ -189,6 +190,26 @@ def _plan(records: list[Any]) -> Any:
     from framework.refresh import RefreshPlan
 
     return RefreshPlan.from_json(records[0].body["plan"])
+
+
+def test_a_plan_journaled_before_the_rename_of_replay_reads_as_before() -> None:
+    """A refresh left open by the previous version (its slice under ``replay_slice``, a feed's
+    method ``replay``) is completed as it was planned: the same slice, method and words."""
+    from framework.refresh import RefreshPlan
+
+    old = {"asked": ["bronze.orders"],
+           "replay_slice": {"since": "2026-01-01T00:00:00+00:00", "until": None},
+           "tables": [{"table": "spark_catalog.bronze.orders", "layer": "bronze",
+                       "name": "orders", "method": "replay", "checkpoint": None,
+                       "targets": [{"location": "/lake/orders", "version": 3, "rows": 10}],
+                       "properties": [], "where": "(_batch_id, _source_file) IN ((2L, 'a'))"}]}
+    plan = RefreshPlan.from_json(old)
+    assert plan.reread_slice == TimeSlice(datetime(2026, 1, 1, tzinfo=UTC))
+    assert plan.tables[0].method == RebuildMethod.REREAD.value
+    assert RefreshPlan.from_json(plan.to_json()) == plan
+    assert plan.render().splitlines()[1] == (
+        "  spark_catalog.bronze.orders  the rows of the files delivered in "
+        "[2026-01-01T00:00:00+00:00, ...) read again: orders 10 rows at version 3")
 
 
 @pytest.mark.parametrize("step, resumed_by", [

@@ -6,14 +6,14 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
+from framework.errors import SessionError
 from framework.redaction import looks_secret
-from framework.timeslice import TimeSlice
 
 if TYPE_CHECKING:
     from framework.errors import ConfigError
@@ -142,6 +142,17 @@ class Environment(Model):
         from framework.eventtime import check_interval
 
         return check_interval(value)
+
+    def remote_url(self) -> str:
+        """The Spark Connect server of a connect environment: ``remote``, else $SPARK_REMOTE."""
+        import os
+
+        url = self.remote or os.environ.get("SPARK_REMOTE", "")
+        if not url.startswith("sc://"):
+            raise SessionError(
+                f"expected the Spark Connect server of environment {self.name!r} (remote: "
+                "sc://host:port, or $SPARK_REMOTE), found " + (repr(url) if url else "neither"))
+        return url
 
     @field_validator("remote")
     @classmethod
@@ -292,9 +303,9 @@ class RebuildMethod(StrEnum):
     STREAM = "stream"
     # its table emptied and its build-state property removed: the next build is a whole one
     WHOLE = "whole"
-    # its tables emptied, its checkpoint kept: its job reads what it was fed again, batch by
-    # batch (a bronze feed's files, from the archive)
-    REPLAY = "replay"
+    # its tables emptied, its checkpoint kept: its job reads its inputs again, batch by batch
+    # (a file feed's files, from the archive), as its layer's ``reread`` says
+    REREAD = "reread"
 
 
 @dataclass(frozen=True)
@@ -329,12 +340,6 @@ class TableSpec(Model):
         """How the table keeps its rows; a Delta table by default."""
         return Stored.DELTA
 
-    def source_offsets(self, spark: Any, table: Table) -> list[dict[str, Any]] | None:
-        """For a table fed by a log of records (Kafka): per topic and partition, the offset
-        the table has reached (``committed``), the log's ``latest`` and the ``lag``, for
-        ``medallion status``. None by default."""
-        return None
-
     def folders(self, table: Table) -> list[str]:
         """Folders the table's jobs use besides its location and checkpoint (a feed's landing
         zone), which ``medallion init`` creates; none by default."""
@@ -361,20 +366,6 @@ class TableSpec(Model):
 
     def rebuild_refusal(self, table: Table) -> str | None:
         """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
-        return None
-
-    def rebuild_problem(self, spark: Any, table: Table,
-                        replay_slice: TimeSlice | None = None) -> str | None:
-        """Why ``medallion refresh`` cannot rebuild the table now (of a table rebuilt by
-        replay, only what was delivered in ``replay_slice``), found in the lake (what it would
-        be rebuilt from is gone), before anything is emptied; None: it can. None by default."""
-        return None
-
-    def replay_where(self, spark: Any, table: Table, replay_slice: TimeSlice) -> str | None:
-        """For a table rebuilt by replay (:attr:`RebuildMethod.REPLAY`), refreshed for only
-        what was delivered in ``replay_slice``: a SQL predicate over its tables (its own and
-        its companions) that holds for the rows a replay of the slice writes again; None when
-        nothing of the slice was fed to it. None by default."""
         return None
 
     def stale_parts(self) -> dict[str, str]:
