@@ -21,7 +21,7 @@ from framework.errors import (
     UnknownKeyError,
     WrongTypeError,
 )
-from tests.support import REPO, Lakehouse
+from tests.support import REPO, Lakehouse, silver_spec
 
 ORDERS = {
     "source": {
@@ -125,6 +125,20 @@ def test_unknown_key_in_a_nested_spec_lists_the_valid_keys(lakehouse: Lakehouse)
     (err,) = info.value.of_kind(UnknownKeyError)
     assert err.key == "source.fromat"
     assert "archive_dir" in str(err) and "format" in str(err)
+
+
+def test_an_unknown_key_in_an_optional_block_lists_the_valid_keys(
+        lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "customers", {**ORDERS, "name": "customers"})
+    lakehouse.add_table("silver", "customers", silver_spec(
+        name="customers", source={"table": "customers"}, mode="scd2",
+        scd2={"keys": ["id"], "sequence_by": "seq", "from_snapshots": True}))
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    (err,) = info.value.of_kind(UnknownKeyError)
+    assert err.key == "scd2.from_snapshots"
+    assert "valid keys: deletes, except_columns, keys, sequence_by, snapshot_by, " \
+           "track_history, track_history_except, truncates" in str(err)
 
 
 def test_enum_values_are_checked(lakehouse: Lakehouse) -> None:

@@ -323,8 +323,9 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         target = _step(target, part)
         if target is None:
             return []
-    if isinstance(target, type) and issubclass(target, BaseModel):
-        return sorted(f.alias or name for name, f in target.model_fields.items())
+    for model in _members(target):  # (an optional block: the model of ``X | None``)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return sorted(f.alias or name for name, f in model.model_fields.items())
     return []
 
 
