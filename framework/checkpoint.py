@@ -32,18 +32,16 @@ FAILED_ONLY = ".failed"
 def last_committed_batch(checkpoint: str, storage: Storage | None = None) -> int:
     """The highest batch id in the checkpoint's commit log, or -1 when none committed.
 
-    A batch id is in ``commits/`` only once its sink write succeeded; batches are committed in
-    order, so every id up to this one is committed too.
-    """
+    An id is in ``commits/`` only once its sink write succeeded; batches commit in order, so every
+    id up to this one is committed too."""
     return _last_logged(checkpoint.rstrip("/") + "/commits", storage)
 
 
 def last_planned_batch(checkpoint: str, storage: Storage | None = None) -> int:
     """The highest batch id in the checkpoint's offset log, or -1 when none was planned.
 
-    A batch is planned (its offsets written) before it runs. A planned batch that is not
-    committed ran, wholly or in part, before the query stopped: the next start runs it again.
-    """
+    A batch is planned (its offsets written) before it runs; one planned but not committed ran,
+    wholly or in part, before the query stopped: the next start runs it again."""
     return _last_logged(checkpoint.rstrip("/") + "/offsets", storage)
 
 
@@ -89,13 +87,12 @@ def last_reconciled_batch(checkpoint: str, storage: Storage | None = None, *,
 def mark_reconciled(checkpoint: str, batch_id: int, storage: Storage | None = None, *,
                     failed_only: bool = False) -> None:
     """Record that every file of the batches up to ``batch_id`` is settled: an empty file
-    ``reconciled/<batch_id>`` next to Spark's own logs, the earlier marks removed. Written
-    after the settling it records, so a run stopped before it leaves the earlier mark, and the
-    next run looks for what is left.
+    ``reconciled/<batch_id>`` next to Spark's logs, earlier marks removed. Written after the
+    settling, so a run stopped before it leaves the earlier mark and the next run looks again.
 
     ``failed_only``: only failed files were to be settled (``cleanSource`` off leaves ingested
-    files in landing). That mark is ``<batch_id>.failed`` and does not count for a run that
-    archives or deletes ingested files, which then finds them in the ledger."""
+    files in landing). That mark, ``<batch_id>.failed``, does not count for a run that archives
+    or deletes ingested files, which then finds them in the ledger."""
     _write_mark(_marks(checkpoint, RECONCILED), f"{batch_id}{FAILED_ONLY if failed_only else ''}",
                 batch_id, storage)
 
@@ -126,19 +123,18 @@ def _write_mark(folder: str, name: str, batch_id: int, storage: Storage | None) 
 
 
 def clear_unplanned_debris(checkpoint: str, storage: Storage | None = None) -> list[str]:
-    """Remove what a driver killed before its query planned a first batch left in the logs
-    Spark checks at a first start, and return the removed files' paths.
+    """Remove, and return the paths of, what a driver killed before its query planned a first
+    batch left in the logs Spark checks at a first start.
 
     Spark writes each log file under a hidden temporary name and renames it into place
     (``CheckpointFileManager.createAtomic``: ``.<name>.<uuid>.tmp``, beside it Hadoop's checksum
-    ``..<name>.<uuid>.tmp.crc`` on a local file system); a kill between the two leaves the
-    temporary file. Spark's own readers skip it, but a query whose offset log holds no batch
-    requires ``offsets/``, ``commits/`` and ``state/`` to be empty
+    ``..<name>.<uuid>.tmp.crc`` on a local file system); a kill in between leaves the temporary
+    file. Spark's readers skip it, but a query whose offset log holds no batch requires
+    ``offsets/``, ``commits/`` and ``state/`` to be empty
     (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``; Spark 4.0 does not check), so a kill during
-    the first offset write would fail every later start. Call this only when the offset log
-    holds no batch: a folder holding nothing but such temporary files is emptied; a folder
-    holding anything else is left for Spark's check to report.
-    """
+    the first offset write would fail every later start. Call this only when the offset log holds
+    no batch: a folder of nothing but such files is emptied; one holding anything else is left for
+    Spark's check to report."""
     root = checkpoint.rstrip("/")
     store = storage or storage_for(root)
     removed: list[str] = []
@@ -148,8 +144,7 @@ def clear_unplanned_debris(checkpoint: str, storage: Storage | None = None) -> l
 
 
 def _is_temporary(path: str) -> bool:
-    """A file Spark's atomic writer had not yet renamed into place (see
-    :func:`clear_unplanned_debris`)."""
+    """A file Spark's atomic writer had not renamed into place (:func:`clear_unplanned_debris`)."""
     name = path.rsplit("/", 1)[-1]
     return name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
 
@@ -185,14 +180,12 @@ def batch_source_files(checkpoint: str, batch_id: int, source: int = 0,
     """The files a file stream source put into ``batch_id``: path -> modification time (ms).
 
     The batch covers the source's log entries after the previous batch's offset up to its own
-    (both in the checkpoint's offset log). Usually that is one entry with the batch's id, but
-    not always: a query stopped between the source logging its next files and the offset log
-    recording the batch leaves an entry no batch has read, and the next batch reads it along
-    with its own. The source's log (``sources/<n>/<id>``) is written before the batch runs, so
-    it lists every file of the batch, empty ones included. Every
-    ``spark.sql.streaming.fileSource.log.compactInterval`` entries the log is compacted into
-    ``<id>.compact``, which holds all entries up to that one.
-    """
+    (both in the offset log): usually one entry with the batch's id, but a query stopped between
+    the source logging its next files and the offset log recording the batch leaves an entry no
+    batch has read, which the next batch reads with its own. The source's log
+    (``sources/<n>/<id>``) is written before the batch runs, so it lists every file of the batch,
+    empty ones included. Every ``spark.sql.streaming.fileSource.log.compactInterval`` entries it
+    is compacted into ``<id>.compact``, which holds all entries up to that one."""
     end = _source_offset(checkpoint, batch_id, source, storage)
     start = _source_offset(checkpoint, batch_id - 1, source, storage) if batch_id > 0 else -1
     wanted = range(start + 1, end + 1)

@@ -112,9 +112,8 @@ class StopSignal:
         return self._event.is_set()
 
     def force(self, reason: str) -> None:
-        """A second stop request, received by a thread other than the jobs' (the runner's,
-        while tables run at once): each job interrupts itself (:meth:`check_forced`) as a
-        job run by the signalled thread is interrupted."""
+        """A second stop request received off the jobs' thread (the runner's, while tables run
+        at once): each job interrupts itself (:meth:`check_forced`) as the signalled one would."""
         self.request(reason)
         self.forced_by = reason
         self._forced.set()
@@ -143,9 +142,8 @@ class StopSignal:
         (:class:`KeyboardInterrupt`, whose text is the signal's name).
 
         The handler only records: Python runs it between two bytecodes of the main thread,
-        which may hold a lock at that moment (the log's own, say), so whatever it logs is
-        logged by the job that notices the request (``job.stop.requested``,
-        ``job.stop.forced``)."""
+        which may then hold a lock (the log's, say), so the job that notices the request logs
+        it (``job.stop.requested``, ``job.stop.forced``)."""
         previous = {s: signal.getsignal(s) for s in signums}
 
         def handler(signum: int, frame: Any) -> None:
@@ -175,11 +173,9 @@ class RunContext:
     stop: StopSignal = field(default_factory=StopSignal)
     stop_grace_seconds: float = 300.0
     operation: str | None = None  # the refresh whose tables this run rebuilds (the history's)
-    # a refresh of only what was delivered in this slice: a job that reads its inputs again
-    # (a feed of files) reads only those delivered in it
+    # a refresh of this slice's deliveries only: a job rereading its inputs reads only those
     reread_slice: TimeSlice | None = None
-    # tables run at once at most (framework.runner.run_tables): those that do not read each
-    # other
+    # at most this many tables, none reading another, run at once (framework.runner.run_tables)
     parallel: int = 1
 
 
@@ -255,8 +251,8 @@ class RunSummary:
 
 
 class Job(ABC):
-    """The lifecycle of every layer's job: a template method (:meth:`run`) around the steps a
-    subclass implements, always ending in one summary."""
+    """Base of every layer's job: :meth:`run` calls the steps a subclass implements and always
+    ends in one summary."""
 
     layer: ClassVar[Layer]
 
@@ -267,8 +263,7 @@ class Job(ABC):
         self.log = get_logger(
             env=table.env.name, layer=self.layer.value, table=table.full_name, run_id=ctx.run_id
         )
-        # Set once the job may have written something: a failure after that still runs
-        # ``finish``, which settles what was written.
+        # Set once the job may have written: a failure after that still runs ``finish``.
         self.started = False
         self.started_at = datetime.now(UTC)
         self.recorder = BatchRecorder(
@@ -292,8 +287,7 @@ class Job(ABC):
             summary.status, summary.error = RunStatus.FAILED, _session_lost(exc) or str(exc)
             self.log.error("job.failed", step=getattr(exc, "step", None), error=summary.error)
         except (Exception, KeyboardInterrupt) as exc:
-            # A Py4J error (the JVM gone), a bug, or a second stop signal: the run still ends
-            # with its work stopped and a summary, failed.
+            # A Py4J error (JVM gone), a bug or a second stop signal: still stopped, summed, failed.
             interrupted = isinstance(exc, KeyboardInterrupt)
             if interrupted:
                 self.log.warning("job.stop.forced", signal=str(exc) or "SIGINT")
@@ -318,8 +312,7 @@ class Job(ABC):
                 summary.status, summary.error = RunStatus.FAILED, why
                 self.log.error("job.failed", step="finish", error=why)
         summary.rows_out = summary.counts.pop("rows_out", 0)
-        # Spark counts a source's rows once per action on the batch; a job that reads the
-        # batch more than once reports its own figure.
+        # Spark counts a source's rows once per action: a job reading a batch twice has its own.
         summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
         if not interrupted:
             self.recorder.wait()
@@ -401,12 +394,11 @@ class StreamingJob(Job):
         # session's Hadoop file system, whatever the lake's scheme, with Spark's credentials.
         self.files = storage_for(table.env.root, table.env, spark)
         self.recorder.checkpoint = (table.checkpoint, self.files)
-        # Why a micro-batch failed, in words, when the job knows better than the stack trace
-        # Spark wraps around it (a broken expectation, say).
+        # Why a micro-batch failed, when the job says it better than Spark's stack trace (a
+        # broken expectation, say).
         self.batch_error: str | None = None
-        # The batches the checkpoint had planned but not committed when the run started:
-        # only these can have been written, wholly or in part, before (framework.delta's
-        # BatchCommits).
+        # Batches planned but not committed when the run started: only these can have been
+        # written, wholly or in part, before (framework.delta's BatchCommits).
         self.replayable = range(0)
         self.query: StreamingQuery | None = None
         # The executed micro-batches' progress, once the query has ended (see ``report``).
@@ -503,12 +495,11 @@ class StreamingJob(Job):
                           max_bytes: str | None = None, whole_commits: bool = False,
                           split_reason: str = SPLIT_COMMITS) -> DataFrame:
         """A stream of the configured Delta table ``layer.name``, read by its location; an
-        upstream table that was never written is a clear error, not an empty stream.
+        upstream table never written is a clear error, not an empty stream.
 
         ``whole_commits``: the query needs whole upstream commits (it keeps a watermark, say),
-        so each micro-batch reads every upstream commit available when it starts, whole (see
-        :mod:`framework.eventtime`). A limit given explicitly is applied, with a warning giving
-        ``split_reason`` (``medallion validate`` gives it too)."""
+        so each micro-batch reads every commit available at its start (:mod:`framework.eventtime`).
+        An explicit limit still applies, warning ``split_reason`` (as ``medallion validate``)."""
         location = self.table.env.path("tables", layer.value, name)
         if not is_delta_table(self.spark, location):
             raise JobError(self.table.full_name, "read",
@@ -556,17 +547,15 @@ class StreamingJob(Job):
 
     def foreach_step(self, df: DataFrame, make: WriterFactory,
                      output_mode: str = "append") -> DataStreamWriter:
-        """A ``foreachBatch`` writer whose batches the writer ``make`` makes writes, where
-        they run (in this process, or on a Spark Connect server); each batch's outcome comes
-        back to :meth:`fold` (:mod:`framework.microbatch`)."""
+        """A ``foreachBatch`` writer whose batches are written by what ``make`` makes, where they
+        run (here or on a Spark Connect server); outcomes come back to :meth:`fold`."""
         self.outcomes = Outcomes(self.table.checkpoint, self.table.env,
                                  remote=is_connect(self.spark))
         return df.writeStream.outputMode(output_mode).foreachBatch(
             StepFunction(make, self.outcomes))
 
     def fold(self, outcome: Outcome) -> None:
-        """Fold a batch's outcome into the run (in batch order, once each); nothing by
-        default."""
+        """Fold a batch's outcome into the run (in batch order, once each); nothing by default."""
 
     def _absorb_outcome(self) -> None:
         """Take what the run's batches did: their outcomes, folded in batch order, once each
@@ -624,8 +613,7 @@ class StreamingJob(Job):
         """Called once the query has started (its id is known); nothing by default."""
 
     def on_batch(self, progress: BatchProgress) -> None:
-        """Called with each micro-batch's progress, on the listener's thread; nothing by
-        default."""
+        """Each micro-batch's progress, on the listener's thread; nothing by default."""
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
         """The job's figures of a batch for the run history (keys of
@@ -641,8 +629,7 @@ class StreamingJob(Job):
         return None
 
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
-        """Seconds per step of the job's own in a batch, for the run history; none by
-        default."""
+        """Seconds per own step of the job in a batch, for the run history; none by default."""
         return {}
 
     def _on_progress(self, progress: BatchProgress, hooks: bool = True) -> None:
@@ -736,8 +723,7 @@ SESSION_GONE = ("NO_ACTIVE_SESSION", "SESSION_CHANGED", "SESSION_NOT_FOUND", "SE
 
 
 def _session_lost(error: BaseException) -> str | None:
-    """The reason of a failure that is a Spark Connect session gone, in words; None for any
-    other."""
+    """The reason, in words, of a failure that is a Spark Connect session gone; else None."""
     text = str(error)
     found = next((code for code in SESSION_GONE if code in text), None)
     if found is None:

@@ -68,12 +68,11 @@ def require_classic(spark: SparkSession, what: str) -> None:
 
 
 class _ProgressFromJson(JStreamingQueryListener):
-    """pyspark's bridge from a classic driver's listener bus, each progress report read from
-    its JSON: one call into the JVM, where pyspark's reads it field by field, tens of calls,
-    and walks each of its maps and lists to a Java exception at the end, which pyspark
-    converts through tens of failed class lookups in the JVM. The report is the same, but its
-    rates, to one decimal place as the events give them (Spark Connect's clients read the same
-    JSON)."""
+    """pyspark's bridge from a classic driver's listener bus, each progress report read from its
+    JSON in one call into the JVM, where pyspark's reads it field by field, tens of calls, and walks
+    each map and list to a Java exception at the end, converted through tens of failed class
+    lookups in the JVM. The report is the same but for its rates, to one decimal place as the
+    events give them (Spark Connect's clients read the same JSON)."""
 
     def onQueryProgress(self, jevent: Any) -> None:
         self.pylistener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
@@ -121,10 +120,8 @@ def launch_driver(settings: Mapping[str, str], *, notices: bool = False) -> None
     """Start this process's classic driver JVM, as ``SparkSession.builder.getOrCreate`` would
     with ``settings`` (spark-submit's ``--conf``), its stderr passed on line by line but for
     the JVM's own notices (:data:`JVM_NOTICES`; all of them with ``notices``). Nothing if the
-    process has a driver JVM already (a session was made before, or spark-submit started it).
-
-    A JVM that cannot start (no java, a bad option) has said why on stderr before this
-    raises a :class:`SessionError`."""
+    process has a driver JVM already (a session was made before, or spark-submit started it). A
+    JVM that cannot start (no java, a bad option) says why on stderr, then :class:`SessionError`."""
     from pyspark import SparkConf, SparkContext
     from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
@@ -292,8 +289,7 @@ def _file_scan(spark: SparkSession, scan: Any) -> FileScan:
 
 @contextlib.contextmanager
 def thrift_server(spark: SparkSession) -> Iterator[None]:
-    """Spark's Thrift JDBC/ODBC server in the classic driver, on the session's catalog, from
-    the start of the block to its end."""
+    """Spark's Thrift JDBC/ODBC server in the classic driver, on the session's catalog."""
     require_classic(spark, "medallion serve")
     jvm: Any = spark._jvm
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
@@ -341,12 +337,11 @@ def _summary(throwable: Any) -> str:
 
 
 class HadoopFileSystem:
-    """The file operations of a classic session's Hadoop ``FileSystem`` for any path, named by
-    their paths, with Python values for results. Each path's file system is the one Hadoop
-    resolves for its scheme and authority, a local one without its checksum layer (it would
-    add a ``.crc`` file beside each file written); a Java error is a :class:`StorageError`
-    naming the operation and the path (the first line of the JVM's message, never its
-    stack)."""
+    """A classic session's Hadoop ``FileSystem`` operations for any path, with Python values for
+    results. Each path's file system is the one Hadoop resolves for its scheme and authority, a
+    local one without its checksum layer (it would add a ``.crc`` beside each file written); a
+    Java error is a :class:`StorageError` naming the operation and the path (the first line of the
+    JVM's message, never its stack)."""
 
     def __init__(self, spark: SparkSession) -> None:
         require_classic(spark, "the session's Hadoop file systems")

@@ -1,10 +1,9 @@
 """One entry, :func:`get_spark`, that returns the SparkSession for an environment.
 
-* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars and those the
-  layers ask for (:func:`spark_packages`) resolved from Maven Central through delta-spark's
-  pip helper (cached by Ivy; ``python -m framework.session`` warms the cache), and a
-  warehouse plus embedded Derby metastore under the lakehouse root, so tables persist by name
-  across runs.
+* **local**: ``local[*]`` with Delta's extension and catalog, Delta's jars and those the layers
+  ask for (:func:`spark_packages`) resolved from Maven Central through delta-spark's pip helper
+  (cached by Ivy; ``python -m framework.session`` warms the cache), and a warehouse plus embedded
+  Derby metastore under the lakehouse root, so tables persist by name across runs.
 * **databricks**: the cluster's active session, as it is: no master, no packages, never stopped
   (a classic session, or a Spark Connect one on serverless compute and in standard access
   mode, which :meth:`Runtime.databricks_connect` detects from the environment before the
@@ -110,10 +109,9 @@ def get_spark(
 ) -> SparkSession:
     """The SparkSession for ``env``; ``conf`` adds settings (local and spark-submit only)."""
     spark = _BUILDERS[resolved_runtime(env)](env, app_name, dict(conf or {}))
-    # Spark rewrites ${name} in SQL text with a configuration value, inside quoted names
-    # too: a column named ${spark.some.key} would be renamed, or carry a setting's value
-    # into the catalog. The framework's statements quote names (framework.identifiers) and
-    # must be read as written.
+    # Spark rewrites ${name} in SQL text with a setting's value, inside quoted names too: a
+    # column named ${spark.some.key} would be renamed, or carry a setting's value into the
+    # catalog. The framework's statements quote names (framework.identifiers), read as written.
     spark.conf.set(NO_SUBSTITUTION, "false")
     return spark
 
@@ -163,11 +161,11 @@ def set_aside_unfinished_metastore(folder: str) -> str | None:
     """Move aside an embedded Derby metastore whose creation was cut short.
 
     A driver killed while Derby creates the database leaves a folder without
-    ``service.properties``, which Derby refuses on every later start ("Perhaps Derby was
-    brought down in the middle of creating this database"): no command could run again. Such
-    a folder holds no catalog yet (the tables' data and logs are under the root, not in it);
-    it is renamed ``<folder>.unfinished-<seconds>``, unless a live process holds its lock,
-    that is, is creating it right now. Returns the new name, or None if nothing was moved."""
+    ``service.properties``, which Derby refuses on every later start ("Perhaps Derby was brought
+    down in the middle of creating this database"): no command could run again. Such a folder
+    holds no catalog yet (the tables' data and logs are under the root); it is renamed
+    ``<folder>.unfinished-<seconds>`` unless a live process holds its lock (is creating it now).
+    Returns the new name, or None if nothing was moved."""
     import fcntl
     import time
 
@@ -243,10 +241,10 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
         # listing them; past 32 paths Spark does it as a job of one task per path, seconds on a
         # few cores for what a local disk answers from the driver in milliseconds.
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
-        # Delta rebuilds a table's state (for its streaming sink, MERGE, a scan) with this many
-        # tasks; its default of 50 makes each small commit cost seconds on a few cores, and
-        # more tasks than cores only queue (bench/ledger_replace.py: a small replaceWhere takes
-        # about 1.0 s with 2 tasks on 2 cores, 1.2 s with 4).
+        # Delta rebuilds a table's state (streaming sink, MERGE, scan) with this many tasks; its
+        # default 50 makes each small commit cost seconds on a few cores, and tasks beyond the
+        # cores queue (bench/ledger_replace.py: a small replaceWhere takes about 1.0 s with 2
+        # tasks on 2 cores, 1.2 s with 4).
         "spark.databricks.delta.snapshotPartitions": str(
             min(env.shuffle_partitions, local_cores(env.master) or env.shuffle_partitions)),
     }
@@ -309,9 +307,8 @@ logger.tasks.level = fatal
 
 
 def quiet_log_config() -> str:
-    """The log4j2 configuration of a driver started here (a local session's, a local Spark
-    Connect server's) that keeps Spark's log off the command's output; see
-    :data:`QUIET_LOG4J2`. Written once under the cache folder, named by its content: another
+    """The log4j2 configuration (:data:`QUIET_LOG4J2`) of a driver started here (a local session's
+    or Spark Connect server's). Written once under the cache folder, named by its content: another
     installation's driver (an older release) never reads this one's, nor this one theirs."""
     import hashlib
 
@@ -334,11 +331,8 @@ def _manifest() -> Path:
 
 def cached_jars() -> list[str]:
     """The jars of :func:`spark_packages` as resolved once by Spark from Maven Central, if all
-    are still cached.
-
-    Resolving ``spark.jars.packages`` runs Ivy at every start (seconds, and a report on
-    stdout); after the first resolution the local jar files are handed to Spark directly.
-    """
+    are still cached: handed to Spark directly, they spare the Ivy run ``spark.jars.packages``
+    costs at every start (seconds, and a report on stdout)."""
     manifest = _manifest()
     if not manifest.is_file():
         return []
@@ -495,8 +489,7 @@ _BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSessi
 
 
 def main() -> None:
-    """Warm the Ivy cache with the jars of :func:`spark_packages` (run by the setup step, so
-    tests never pay it)."""
+    """Warm the Ivy cache with the jars of :func:`spark_packages` (the setup step's, not tests')."""
     import tempfile
 
     from framework.config.model import Environment
