@@ -12,27 +12,23 @@ Exactly once under replay, with nothing but appends:
 - Spark reports a batch's progress once, after the batch's commit to the checkpoint. A batch
   that was planned but not committed when the driver stopped is run again by the next start,
   which reports it then; the run before wrote no row for it.
-- What a stopped driver can leave undone is the append of the rows of batches it had
-  committed. Each start of a table's query lists the checkpoint's committed batches (with the
-  query's id, kept in the checkpoint) and appends a row with status ``recovered`` for each
-  that has none. Its figures went with the driver (they are null); its end is the commit's
-  time.
-- After each append the checkpoint gets a mark (``recorded/<batch>``, see
+- What a stopped driver can leave undone is the append of the rows of batches it had committed.
+  Each start of a table's query lists the checkpoint's committed batches (with the query's id,
+  kept in the checkpoint) and appends a ``recovered`` row for each that has none: its figures
+  went with the driver (null), its end is the commit's time.
+- After each append the checkpoint gets a mark (``recorded/<batch>``,
   :func:`framework.checkpoint.mark_recorded`): every committed batch up to it has its row. A
   start whose last committed batch is marked reads nothing of the history; one whose mark is
-  behind (the driver stopped before its append) reads the table's rows of the batches after
-  the mark. Reading the history at every start cost 0.7 to 1.3 s of a bronze run of a million
-  records (``bench/bronze_ingest.py``); the mark costs a listing and an empty file.
+  behind (the driver stopped before its append) reads the table's rows after the mark. Reading
+  the history at every start cost 0.7 to 1.3 s of a bronze run of a million records
+  (``bench/bronze_ingest.py``); the mark costs a listing and an empty file.
 
-The run's last rows are appended while the job finishes (bronze's reconcile, say), on a thread
-of their own (:meth:`BatchRecorder.flush_in_background`), and the job waits for that append
-before it returns.
-
-A run that fails writes one more row with status ``failed`` and its error, for the batch in
-flight when one was planned. It is not that batch's row: the batch gets its own when it
-commits. Writing the history never fails a job: an append that fails is logged
-(``history.write_failed``) and retried with the next, and what is still missing when the
-driver ends is recovered by the next start.
+The run's last rows are appended while the job finishes (bronze's reconcile, say), on a thread of
+their own (:meth:`BatchRecorder.flush_in_background`), awaited before the job returns. A run that
+fails writes one more row, ``failed``, with its error and the batch in flight if one was planned
+(not that batch's row: it gets its own when it commits). Writing the history never fails a job: a
+failed append is logged (``history.write_failed``) and retried with the next, and what is still
+missing when the driver ends is recovered by the next start.
 """
 
 from __future__ import annotations
@@ -238,10 +234,9 @@ class RunHistory:
 
 class BatchRecorder:
     """A streaming job's rows of the run history: made as its batches are reported (on the
-    listener's thread), appended by the job's own thread (:meth:`flush`, :meth:`take`), and
-    the rows a stopped driver lost written at the next start (:meth:`recover`). Nothing here
-    raises: a failure is logged (``history.write_failed``) and the rows wait for the next
-    append, or for the next start's recovery. ``seconds["history"]`` is the time spent."""
+    listener's thread), appended by the job's own thread (:meth:`flush`, :meth:`take`), and those
+    a stopped driver lost written at the next start (:meth:`recover`). Nothing here raises (see
+    the module). ``seconds["history"]`` is the time spent."""
 
     def __init__(self, history: RunHistory, log: Any, *, run_id: str, table: str, layer: str,
                  trigger: str, operation: str | None = None) -> None:
@@ -261,9 +256,8 @@ class BatchRecorder:
         self._flushing: threading.Thread | None = None
 
     def recover(self, query_id: str | None, committed: Mapping[int, int]) -> None:
-        """Append a ``recovered`` row for each committed batch (id -> commit time in ms) of
-        the query that has no row; the history is read only for the batches after the
-        checkpoint's recorded mark."""
+        """Append a ``recovered`` row for each committed batch (id -> commit time in ms) without
+        one; the history is read only for the batches after the checkpoint's recorded mark."""
         self.query_id = query_id
         missing: dict[int, int] = {}
         try:
@@ -348,8 +342,7 @@ class BatchRecorder:
         return rows
 
     def append(self, rows: Sequence[Mapping[str, Any]]) -> bool:
-        """Append ``rows``, then mark their last committed batch recorded; False (logged)
-        when that failed."""
+        """Append ``rows``, mark their last committed batch recorded; False (logged) on failure."""
         try:
             with timed(self.seconds, "history"):
                 self.history.ensure()

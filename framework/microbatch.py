@@ -12,9 +12,8 @@ On a classic session the function runs in this process, and each outcome is hand
 memory. Over Spark Connect the client pickles the function (the factory only: no job, session,
 lock or logger crosses the wire) and the server's Python worker (``foreach_batch_worker``) runs
 it; each outcome is written to ``<checkpoint>/outcomes/<batch id>``, tagged with the run's token.
-Either way the job takes the outcomes from one place (:meth:`Outcomes.take`) and folds them into
-its run in batch order (``StreamingJob.fold``): what comes back is a type, never a list of
-attribute names.
+Either way the job takes them from one place (:meth:`Outcomes.take`) and folds them into its run
+in batch order (``StreamingJob.fold``): what comes back is a type, never attribute names.
 
 The writer id a batch tags its commits with is read from the checkpoint's ``metadata`` (written
 by Spark before the first batch), in both modes: nothing is handed over after ``start()``.
@@ -72,8 +71,7 @@ class BatchWriter(Protocol):
     def write(self, batch: DataFrame, batch_id: int) -> Outcome: ...
 
 
-# Makes a query's batch writer from a session, where the batches run: a small frozen,
-# picklable object (what the batches need, decided before the query starts).
+# Makes a query's batch writer from a session, where the batches run (see the module).
 WriterFactory = Callable[["SparkSession"], BatchWriter]
 
 
@@ -104,9 +102,8 @@ def batch_commits(table: Table, replayable: range, spark: SparkSession,
 
 class Outcomes:
     """Where a query's batch outcomes wait for its job: in this process on a classic session;
-    over Spark Connect in ``<checkpoint>/outcomes/<batch id>``, each tagged with the run's
-    token, read and removed by the job (:meth:`take`; those of an earlier run are removed
-    unread)."""
+    over Spark Connect in ``<checkpoint>/outcomes/<batch id>``, tagged with the run's token, read
+    and removed by the job (:meth:`take`; an earlier run's are removed unread)."""
 
     def __init__(self, checkpoint: str, env: Environment, *, remote: bool) -> None:
         self.folder = f"{checkpoint.rstrip('/')}/{OUTCOMES}"
@@ -149,9 +146,9 @@ class Outcomes:
 
 
 class StepFunction:
-    """The ``foreachBatch`` function of a query: the batch writer ``make`` makes (once per
-    query start, where the batches run, with the batch's session) writes each batch, and its
-    outcome goes to ``outcomes``, a failure it explains too."""
+    """A query's ``foreachBatch`` function: the writer ``make`` makes (once per query start, where
+    the batches run) writes each batch; its outcome, or the failure it explains, goes to
+    ``outcomes``."""
 
     def __init__(self, make: WriterFactory, outcomes: Outcomes) -> None:
         self.make = make
@@ -226,12 +223,11 @@ def stop_orphaned_query(storage: Storage, checkpoint: str, spark: SparkSession, 
                         query_name: str) -> str | None:
     """Stop the query a client that went away (killed, say) left running on the server.
 
-    Spark Connect keeps a session's queries running when its client is gone, until the
-    session expires: a new run of the table would write the same checkpoint beside it. The
-    session named in the checkpoint (:func:`record_session`) is attached by its id, its active
-    query of ``query_name`` stopped (its batch in flight is cut short and runs again from the
-    checkpoint, as after a killed driver) and the session released. Returns the stopped
-    query's id, None when nothing was running."""
+    Spark Connect keeps a session's queries running when its client is gone, until the session
+    expires: a new run of the table would write the same checkpoint beside it. The session named in
+    the checkpoint (:func:`record_session`) is attached by its id, its active query ``query_name``
+    stopped (its batch in flight runs again from the checkpoint, as after a killed driver) and the
+    session released. Returns the stopped query's id, None when nothing was running."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     path = f"{checkpoint.rstrip('/')}/{SESSION_RECORD}"

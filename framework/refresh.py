@@ -15,24 +15,22 @@ too) takes these steps, in the tables' flow order, each recorded in the lake's j
 4. ``rebuilt``: the tables run (availableNow) from their new checkpoints;
 5. ``done``: the journal closed, the old checkpoints deleted.
 
-A table whose spec says to rebuild it by reading its inputs again (``RebuildMethod.REREAD``:
-a feed of files) keeps its checkpoint; it is emptied, and its job in the rebuild, told by the
-run's ``operation``, reads its batches again. Its layer's ``reread`` capability
-(:class:`framework.layers.Reread`) says whether it can be rebuilt now (what it would be read
-from may be gone): a table that cannot is refused at the plan, before anything is emptied.
-With a ``--since``/``--until`` slice (such tables only), the plan holds the predicate of the
-rows of the inputs delivered in it (:meth:`Reread.where <framework.layers.Reread.where>`): the
-reset deletes those rows alone, the job reads those inputs alone, and the tables downstream
-are rebuilt whole as always.
+A table rebuilt by reading its inputs again (``RebuildMethod.REREAD``: a feed of files) keeps
+its checkpoint; it is emptied, and its job in the rebuild, told by the run's ``operation``, reads
+its batches again. Its layer's ``reread`` capability (:class:`framework.layers.Reread`) says
+whether it can be rebuilt now (its inputs may be gone): one that cannot is refused at the plan,
+before anything is emptied. With a ``--since``/``--until`` slice (such tables only), the plan
+holds the predicate of the rows of the inputs delivered in it (:meth:`Reread.where
+<framework.layers.Reread.where>`): the reset deletes those rows alone, the job reads those inputs
+alone, and the tables downstream are rebuilt whole as always.
 
 **Killed at any step, a refresh is completed**, never rolled back, by the next ``medallion
-refresh`` or ``medallion run``, which reads the journal before anything else: the steps from
-the last one recorded on are taken again, and each is safe to take twice (a checkpoint already
-moved is not moved again; no job ran since the tables were emptied, so emptying them again
-loses nothing; the rebuild resumes from the new checkpoints). **A rebuild that fails** (a bad
-expression in the new spec, say) leaves the refresh open, with the reason: the next command
-tries again, and completes it once the cause is fixed; putting the former spec back rebuilds
-the tables as they were.
+refresh`` or ``medallion run``, which reads the journal first: the steps from the last one
+recorded on are taken again, each safe to take twice (a checkpoint moved is not moved again; no
+job ran since the tables were emptied, so emptying them again loses nothing; the rebuild resumes
+from the new checkpoints). **A rebuild that fails** (a bad expression in the new spec, say) leaves
+the refresh open, with the reason: the next command tries again and completes it once the cause
+is fixed; putting the former spec back rebuilds the tables as they were.
 
 Why forward and not back: once a table is emptied, a query that reads it as a stream (gold
 reading silver) can only go on from a new checkpoint. Restoring the table (``RESTORE``) and the
@@ -155,13 +153,10 @@ def resolve_table(project: ProjectConfig, name: str) -> Table:
 
 def plan_refresh(spark: SparkSession, project: ProjectConfig, names: list[str],
                  downstream: bool, reread_slice: TimeSlice | None = None) -> RefreshPlan:
-    """The plan of refreshing ``names`` (and, with ``downstream``, every table that reads
-    them): what each table holds now. With ``reread_slice``, the named tables must be ones
-    rebuilt by reading their inputs again (feeds of files): only the inputs delivered in the
-    slice are read again, and their rows alone replaced; the tables downstream are rebuilt
-    whole, as always. Raises :class:`UsageError` for a table a refresh cannot rebuild, and,
-    without ``downstream``, for tables that read a refreshed one, which would otherwise keep
-    rows their source no longer has."""
+    """The plan of refreshing ``names`` (and, with ``downstream``, every table that reads them):
+    what each table holds now; with ``reread_slice`` (feeds of files only), the rows read again.
+    Raises :class:`UsageError` for a table a refresh cannot rebuild and, without ``downstream``,
+    for tables reading a refreshed one, which would keep rows their source no longer has."""
     asked = [resolve_table(project, n) for n in names]
     _check_asked(asked, reread_slice)
     tables = project.fed_by(asked)
@@ -270,10 +265,10 @@ class Refresh:
         return self.resume()
 
     def resume(self) -> RunSummary:
-        """Take the open refresh's steps from the last one recorded on. Returns the rebuild's
-        summary (empty when it was done already); a rebuild that fails raises
-        :class:`JobError`, the refresh left open. A stop request ends it between steps, or at
-        the rebuild's next batch boundary, the refresh left open."""
+        """Take the open refresh's steps from the last one recorded on; returns the rebuild's
+        summary (empty if done already). A failed rebuild raises :class:`JobError`, and a stop
+        request ends it between steps or at the rebuild's next batch boundary: both leave the
+        refresh open."""
         records = self.journal.records()
         summary = RunSummary(run_id=self.ctx.run_id, env=self.project.env.name)
         if not records:
@@ -384,9 +379,9 @@ def _plan_of(records: list[Record]) -> RefreshPlan | None:
 
 def finish_open(spark: SparkSession, project: ProjectConfig, ctx: RunContext,
                 run: RunTables) -> str | None:
-    """Complete a refresh a command left open, before anything else writes the lake. Returns
-    why it is still open (its rebuild failed, or a stop was requested), None when none is.
-    With nothing open it costs one check of the journal's folder."""
+    """Complete a refresh a command left open, before anything else writes the lake; returns
+    why it is still open (failed rebuild, stop request), else None. With nothing open it costs
+    one check of the journal's folder."""
     store = storage_for(project.env.root, project.env, spark)
     journal = Journal(store, project.env.root)
     if not store.exists(journal.folder):
