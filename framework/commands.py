@@ -78,8 +78,7 @@ class Commands:
 
     def add(self, name: str, handler: Handler, *, help: str, description: str
             ) -> argparse.ArgumentParser:
-        """A sub-command with the common options; add its own arguments to the parser
-        returned."""
+        """A sub-command with the common options; add its own arguments to the parser returned."""
         parser: argparse.ArgumentParser = self._sub.add_parser(
             name, parents=[self._common], help=help, description=description)
         parser.set_defaults(handler=handler)
@@ -93,8 +92,7 @@ def installed_commands() -> list[Callable[[Commands], None]]:
 
 
 def project_of(args: argparse.Namespace) -> ProjectConfig:
-    """The project the command's ``--conf`` and ``--env`` name (``--wait`` noted for the
-    lake's lease)."""
+    """The project ``--conf`` and ``--env`` name (``--wait`` noted for the lake's lease)."""
     _Lake.wait = bool(getattr(args, "wait", False))
     return load_project(args.conf, args.env)
 
@@ -107,11 +105,10 @@ class _Lake:
 
 
 def take_lake(project: ProjectConfig, command: str, *, writes: bool) -> str | None:
-    """Take the lake's lease (:mod:`framework.lease`) before Spark starts: always for a
-    command that writes, and for any command when the metastore is an embedded Derby
-    database, which one process at a time can open. Returns the lease's run id (None when
-    no lease is needed); a lake held by another command is a :class:`LakeInUseError`, or
-    is waited for after ``--wait``."""
+    """Take the lake's lease (:mod:`framework.lease`) before Spark starts: always for a command
+    that writes, and for any command when the metastore is an embedded Derby database, which one
+    process at a time can open. Returns the lease's run id (None when none is needed); a lake held
+    by another command is a :class:`LakeInUseError`, or is waited for after ``--wait``."""
     from framework.lease import Lease
     from framework.session import resolved_runtime
     from framework.storage import storage_for
@@ -188,10 +185,9 @@ def spark_for(project: ProjectConfig, app: str, *, writes: bool = False) -> Spar
 
 
 def storage_of(project: ProjectConfig, path: str, app: str = "medallion") -> Storage:
-    """The store of ``path`` for a command run from outside a job: local and ADLS paths
-    through their own clients (no Spark needed); any other scheme (``hdfs://``, ``s3a://``,
-    ``dbfs:/``...) through the Hadoop ``FileSystem`` of the environment's Spark session, with
-    Spark's own credentials."""
+    """The store of ``path`` for a command outside a job: local and ADLS paths through their own
+    clients (no Spark needed); any other scheme (``hdfs://``, ``s3a://``, ``dbfs:/``...) through
+    the Hadoop ``FileSystem`` of the environment's Spark session, with Spark's credentials."""
     from framework.storage import IMPLEMENTATIONS, scheme_of, storage_for
 
     if scheme_of(path) in IMPLEMENTATIONS:

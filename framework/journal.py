@@ -5,13 +5,11 @@ It lives in the lake, under ``<root>/_refresh/``:
 
 * ``journal/0000.json``, ``0001.json``...: the records of the one open operation. Each is
   created once with the store's create-if-absent (:meth:`Storage.create`) and never rewritten,
-  as the lease's files are: ADLS writes a file in several requests, so a rewritten record
-  could be read half written, while a new one is either there whole, or empty or cut short by
-  a kill (such a record is skipped, and the next takes the number after it). Record 0000 holds
-  the plan; each later one a new :class:`JournalState` and what that step found. The state is
-  that of the last record that parses.
-* ``<op>/``: the operation's own folders (the checkpoints it set aside, say), deleted when it
-  closes.
+  as the lease's files are: ADLS writes a file in several requests, so a rewritten record could
+  be read half written, while a new one is there whole, or empty or cut short by a kill (then
+  skipped, the next taking the number after it). Record 0000 holds the plan; each later one a
+  new :class:`JournalState` and what that step found. The state is the last parsed record's.
+* ``<op>/``: the operation's own folders (the checkpoints it set aside, say), deleted at close.
 * ``closed/<op>/``: the records of the operations that ended, moved there when they close.
 
 Only the holder of the lake's lease (:mod:`framework.lease`) writes the journal.
@@ -35,8 +33,7 @@ _DIGITS = 4
 
 
 class OperationKind(StrEnum):
-    """What an operation does: rebuild tables from their sources, or ingest a folder of
-    historical files."""
+    """Rebuild tables from their sources, or ingest a folder of historical files."""
 
     REFRESH = "refresh"
     BACKFILL = "backfill"
@@ -157,9 +154,8 @@ class Journal:
         return f"{self.base}/{op}"
 
     def close(self) -> None:
-        """End the open operation, once its last record is final: its own folder deleted,
-        its records moved to ``closed/<op>``. Idempotent: a close cut short is finished by the
-        next."""
+        """End the open operation, once its last record is final: its own folder deleted, its
+        records moved to ``closed/<op>``. Idempotent: the next close finishes one cut short."""
         last = self.last()
         if last is None:
             return

@@ -17,10 +17,9 @@ date when, now:
   offsets only Spark reads, so such a table always runs).
 
 Marks are read and written only where the lake's Delta logs can be read without Spark
-(:func:`framework.deltalog.readable`: a local root, or ADLS with the environment's
-credentials); elsewhere every table runs, as before. A mark is only ever a reason to skip work
-that would have done nothing: when in doubt (no mark, an unreadable log, an unknown backlog), the
-table runs.
+(:func:`framework.deltalog.readable`: a local root, or ADLS with the environment's credentials);
+elsewhere every table runs. A mark is only ever a reason to skip work that would have done
+nothing: when in doubt (no mark, an unreadable log, an unknown backlog), the table runs.
 """
 
 from __future__ import annotations
@@ -71,8 +70,7 @@ class Marks:
                 for layer, name in table.spec.upstream()}
 
     def begin(self, table: Table) -> dict[str, int | None] | None:
-        """Before the table's job: remove its mark and return the versions of what it reads
-        (None where marks are not kept)."""
+        """Remove the table's mark before its job; the versions of what it reads (None: no mark)."""
         if not self.enabled:
             return None
         self._store(table).delete(self._path(table))

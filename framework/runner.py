@@ -48,12 +48,11 @@ def run_until_stopped(spark: SparkSession, project: ProjectConfig, tables: Seque
                       continuous: bool, watch: Callable[..., None] | None = None,
                       run_id: str | None = None, stop: StopSignal | None = None,
                       parallel: int | None = None) -> RunSummary:
-    """Run ``tables`` in flow order, up to ``parallel`` at once (:func:`run_tables`; by
-    default :func:`default_parallel`, or all of them when ``continuous``).
-    ``watch`` is called with each micro-batch's progress; ``run_id`` is the lake lease's,
-    when the command took one; ``stop``, the command's stop request, which its caller turns
-    SIGTERM and SIGINT into (a stop asked for before any table started skips them all);
-    without one, SIGTERM and SIGINT stop the tables at a batch boundary while they run."""
+    """Run ``tables`` in flow order, up to ``parallel`` at once (:func:`run_tables`; by default
+    :func:`default_parallel`, or all of them when ``continuous``). ``watch`` is called with each
+    micro-batch's progress; ``run_id`` is the lake lease's, if any; ``stop``, the command's stop
+    request, which its caller turns SIGTERM and SIGINT into (a stop before any table started skips
+    them all); without one, SIGTERM and SIGINT stop the tables at a batch boundary."""
     at_once = parallel or (max(1, len(tables)) if continuous
                            else default_parallel(project.env))
     if is_connect(spark) and at_once > 1:
@@ -137,17 +136,15 @@ def create_schemas(spark: SparkSession, tables: Sequence[Table]) -> list[str]:
 def run_tables(
     spark: SparkSession, project: ProjectConfig, tables: Sequence[Table], ctx: RunContext
 ) -> RunSummary:
-    """Run each table's job. A table that reads (directly or through others) a table that
-    failed, or was skipped, is skipped; the others run. After a stop request the rest are
-    skipped. Outside a refresh, a table that is up to date when its turn comes
-    (:mod:`framework.pending`: nothing new upstream or in its own source since its last run)
-    is not run: it ends ``up_to_date``.
+    """Run each table's job. A table that reads (directly or through others) one that failed or
+    was skipped is skipped, and after a stop request all the rest are. Outside a refresh, a table
+    up to date when its turn comes (:mod:`framework.pending`: nothing new upstream or in its own
+    source since its last run) is not run: it ends ``up_to_date``.
 
-    With ``ctx.parallel`` above 1, up to that many tables run at once, each on a thread of
-    its own in the one session, as Spark's declarative pipelines run independent flows: a
-    table starts once every table it reads among ``tables`` has ended (the bronze feeds at
-    once, then each silver table as soon as its sources are in). The summary lists the
-    tables in flow order all the same."""
+    With ``ctx.parallel`` above 1, up to that many tables run at once, each on a thread of its own
+    in the one session, as Spark's declarative pipelines run independent flows: a table starts
+    once every table it reads among ``tables`` has ended (the bronze feeds at once, then each
+    silver table as soon as its sources are in). The summary lists them in flow order still."""
     summary = RunSummary(run_id=ctx.run_id, env=project.env.name)
     log = get_logger(env=project.env.name, run_id=ctx.run_id)
     started = time.monotonic()
@@ -223,14 +220,12 @@ def _run_at_once(spark: SparkSession, tables: Sequence[Table], ctx: RunContext,
     """Run ``tables`` up to ``ctx.parallel`` at once (see :func:`run_tables`), scheduled by
     :class:`graphlib.TopologicalSorter` over the tables each reads among ``tables``.
 
-    This thread starts each ready table on a daemon thread of its own, and hands every result
-    to ``end`` (the summary of a table ``skip`` or, once there is room for it, ``current``
-    answers for, too), so the bookkeeping stays on one thread.
-
-    A second stop signal, which only this thread receives, ends the run at once, as it ends a
-    run of one table at a time: the streaming queries still running are stopped and their
-    tables end failed ("interrupted by a second signal"), whatever step their job was in;
-    the next run takes what they left, as after a kill."""
+    This thread starts each ready table on a daemon thread of its own and hands every result to
+    ``end`` (also the summary ``skip`` or, once there is room, ``current`` gives), so the
+    bookkeeping stays on one thread. A second stop signal, which only this thread receives, ends
+    the run at once, as for one table at a time: the queries still running are stopped and their
+    tables end failed ("interrupted by a second signal"), whatever step their job was in; the next
+    run takes what they left, as after a kill."""
     by_key = {(t.layer, t.name): t for t in tables}
     order = {key: i for i, key in enumerate(by_key)}
     graph = TopologicalSorter({key: [u for u in t.spec.upstream() if u in by_key]
