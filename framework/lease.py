@@ -1,9 +1,8 @@
 """One writer per lake: the lease a command takes before it starts Spark.
 
-A second ``medallion run`` on a lake in use would otherwise wait on the embedded metastore's
-lock and fail a minute later with a Hive stack. With the lease it learns at once who holds the
-lake: it exits 2 with ``lake in use by run <id> on <host> since <time>``, or waits with
-``--wait``.
+A second ``medallion run`` on a lake in use would otherwise wait on the embedded metastore's lock
+and fail a minute later with a Hive stack. With the lease it learns at once who holds the lake: it
+exits 2 with ``lake in use by run <id> on <host> since <time>``, or waits with ``--wait``.
 
 The lease is a series of small JSON files under ``<root>/_lease/``, one per holder, numbered
 (``0000000007.json``); the holder is the highest number. A command takes the lake by creating
@@ -93,8 +92,7 @@ def _running(pid: int) -> bool:
 
 
 class Lease:
-    """The lake's lease, taken by :meth:`acquire`; renewed in a daemon thread until
-    :meth:`release`."""
+    """The lake's lease, taken by :meth:`acquire`, renewed by a daemon thread to :meth:`release`."""
 
     def __init__(self, storage: Storage, root: str, command: str, *, ttl: float = TTL_SECONDS,
                  run_id: str | None = None, on_lost: Callable[[], None] | None = None) -> None:
@@ -110,9 +108,8 @@ class Lease:
         self.log = get_logger(lake=root, run_id=self.holder.run_id)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        # the renewing thread, advertise and release change the holder and write it: one at
-        # a time, so that a renewal never writes a holder read before an advertise, nor
-        # writes after the release
+        # the renewing thread, advertise and release write the holder one at a time: a renewal
+        # never writes a holder read before an advertise, nor writes after the release
         self._writing = threading.Lock()
 
     @property
@@ -204,8 +201,7 @@ class Lease:
                 self.log.warning("lake.lease.renew_failed", error=str(exc))
 
     def renew(self) -> bool:
-        """Renew the lease; False (and ``on_lost`` called) if another command took it, False
-        too once it is released."""
+        """Renew the lease; False once released, or if another took it (``on_lost`` then called)."""
         with self._writing:  # one at a time with advertise and release
             if self.number is None:  # released meanwhile: the released holder stays
                 return False

@@ -153,10 +153,9 @@ class ProgressListener(JsonProgressListener):
     def register(self, query_name: str, log: Any,
                  rows: Callable[[BatchProgress], int] | None = None,
                  on_batch: Callable[[BatchProgress], None] | None = None) -> None:
-        """Events of the query named ``query_name`` carry ``log``'s bound context; ``rows``
-        gives a batch's input rows when the job knows them better than Spark (which counts a
-        source's rows once per action on the batch); ``on_batch`` is called with each batch's
-        progress (a failing call is logged, never raised)."""
+        """Events of the query ``query_name`` carry ``log``'s bound context; ``rows`` gives a
+        batch's input rows when the job knows better than Spark (it counts source rows once per
+        action); ``on_batch`` gets each batch's progress (a failing call is logged, not raised)."""
         with self._cond:
             self._loggers[query_name] = log
             if rows is not None:
@@ -185,10 +184,9 @@ class ProgressListener(JsonProgressListener):
     def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
         """Wait until the run's termination has been delivered to this listener.
 
-        Listener events arrive asynchronously but in order, so once the termination is here
-        every progress report of the run is too. (``lastProgress`` may name a batch that never
-        ran, an idle trigger, whose progress is never posted: do not wait for that one.)
-        """
+        Listener events arrive asynchronously but in order, so once the termination is here every
+        progress report of the run is too. (``lastProgress`` may name a batch that never ran, an
+        idle trigger, whose progress is never posted: do not wait for that one.)"""
         deadline = time.monotonic() + timeout
         with self._cond:
             while run_id not in self._terminated:

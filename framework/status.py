@@ -34,8 +34,7 @@ from framework.storage import UPLOADING_SUFFIX, local_path, scheme_of, storage_f
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# A Spark session started on first use (and then the same one): the caller's way to give
-# logged_status a session only if it needs one.
+# A Spark session started on first use (then the same one): logged_status gets one if it needs.
 Session = Callable[[], "SparkSession"]
 
 
@@ -77,11 +76,10 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
 
 
 def logged_status(table: Table, session: Session, *, count: bool = False) -> TableStatus:
-    """The table's state as the lake's files say it, for a root :func:`without_spark` says
-    they can be read from. ``session`` is called only for what the files cannot say: a Kafka
-    feed's offsets, and with ``count`` the rows of a view, of a table whose log holds no row
-    counts (read whole), of a parquet table whose footers are not in reach (the catalog then
-    answers for the table whole: :func:`table_status`)."""
+    """The table's state as the lake's files say it, for a root :func:`without_spark` says they
+    can be read from. ``session`` is called only for what the files cannot say: a Kafka feed's
+    offsets, and with ``count`` the rows of a view, of a table whose log holds no row counts (read
+    whole), of a parquet table whose footers are out of reach (then :func:`table_status`)."""
     from framework.deltalog import read_state
 
     stored = table.spec.stored()
