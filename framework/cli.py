@@ -224,9 +224,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _report(command: str, exc: Exception, fmt: LogFormat, level: str,
             unexpected: bool = False) -> None:
-    """An error, once: a JSON event where logs are JSON, else one plain line; the stack only
-    with ``--log-level debug``. An error the framework did not expect is shown by its type
-    and first line (a Java exception's text holds its whole stack)."""
+    """An error, once: a JSON event where logs are JSON, else one plain line; the stack only with
+    ``--log-level debug``. An unexpected error is shown by its type and first line (a Java
+    exception's text holds its whole stack)."""
     lines = str(exc).strip().splitlines()
     text = str(exc) if not unexpected else \
         f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
@@ -251,8 +251,8 @@ def quiet_query_loggers() -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Every problem in one pass: the configuration's, then the SQL of every table whose
-    spec could be read (Spark parses and plans it; none with ``--no-spark``)."""
+    """Every problem in one pass: the configuration's, then the SQL of every table whose spec
+    could be read (Spark parses and plans it; none with ``--no-spark``)."""
     from framework.config.loader import load_checked
 
     project, problems = load_checked(args.conf, args.env)

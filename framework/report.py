@@ -1,11 +1,10 @@
 """``medallion report``: one self-contained HTML page of the run history's plots.
 
-The figures come from the run history (:mod:`framework.history`, ``<ops>.runs``) over a
-period (``--since``), and from each table's state now (:mod:`framework.status`): rows per batch
-and throughput over time, quarantine, duplicate and late rates over time, the landing backlog
-(files and bytes waiting per feed, a Kafka feed's lag), state rows over time, the last
-failures with their errors, and one line per table with its freshness (the time since its last
-Delta commit).
+The figures come from the run history (:mod:`framework.history`, ``<ops>.runs``) over a period
+(``--since``), and from each table's state now (:mod:`framework.status`): rows per batch and
+throughput, quarantine, duplicate and late rates, and state rows over time, the landing backlog
+(files and bytes waiting per feed, a Kafka feed's lag), the last failures with their errors, and
+one line per table with its freshness (the time since its last Delta commit).
 
 Plots are drawn by plotly; its JavaScript is embedded in the page, so the file opens anywhere
 without a network. Every plot is a ``div`` with the class ``js-plotly-plot`` and the id given
