@@ -287,7 +287,7 @@ class Job(ABC):
             summary.status, summary.error = RunStatus.FAILED, _session_lost(exc) or str(exc)
             self.log.error("job.failed", step=getattr(exc, "step", None), error=summary.error)
         except (Exception, KeyboardInterrupt) as exc:
-            # A Py4J error (JVM gone), a bug or a second stop signal: still stopped, summed, failed.
+            # A Py4J error (JVM gone), a bug or a second signal: stopped and summarised, failed.
             interrupted = isinstance(exc, KeyboardInterrupt)
             if interrupted:
                 self.log.warning("job.stop.forced", signal=str(exc) or "SIGINT")
