@@ -12,9 +12,9 @@ spec, beside ``source``::
       # sequence: ["source.scn DECIMAL(38,0)"]             # Oracle: a type stated
 
 ``source.schema`` is the DDL of the **row** (the table's columns, what ``after`` and ``before``
-hold), not of the envelope. The envelope read around it is ``before``
-and ``after`` (STRUCT of the row), ``op`` STRING, ``ts_ms`` BIGINT and ``source`` (and
-``transaction``, if named) STRUCT of the fields ``sequence`` names.
+hold), not of the envelope. The envelope read around it is ``before`` and ``after`` (STRUCT
+of the row), ``op`` STRING, ``ts_ms`` BIGINT and ``source`` (and ``transaction``, if named)
+STRUCT of the fields ``sequence`` names.
 
 ``sequence`` is a non-empty list of dotted paths into the envelope: ``source.<field>``,
 ``transaction.<field>`` or ``ts_ms``, each optionally followed by a Spark SQL type. **Typing
@@ -180,8 +180,7 @@ def sequence_type(cdc: CdcSpec, types: dict[str, DataType]) -> DataType:
 
 
 def cdc_fields(cdc: CdcSpec, types: dict[str, DataType]) -> list[StructField]:
-    """The columns a change event adds after the row's: ``_cdc_op``, ``_cdc_ts_ms``,
-    ``_cdc_sequence``."""
+    """The change columns after the row's: ``_cdc_op``, ``_cdc_ts_ms``, ``_cdc_sequence``."""
     return [StructField(OP, StringType()), StructField(TS_MS, LongType()),
             StructField(SEQUENCE, sequence_type(cdc, types))]
 
@@ -216,8 +215,8 @@ def cdc_problems(cdc: CdcSpec | None, *, json_feed: bool, found_format: str,
 
 
 def row_problem(row: StructType) -> str | None:
-    """Why a row schema cannot take the change columns beside it (a column of the same
-    name), or None."""
+    """Why a row schema cannot take the change columns beside it (a column of their name), or
+    None."""
     taken = [f.name for f in row.fields if f.name.lower() in {c.lower() for c in
                                                               (*CDC_COLUMNS, TOMBSTONE)}]
     if taken:
