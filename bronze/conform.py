@@ -117,8 +117,7 @@ class Conformer:
 
     # ------------------------------------------------------------------ headers
     def header_problem(self, names: Sequence[str]) -> str | None:
-        """Why a CSV file whose header holds ``names`` cannot be read by name; None if it
-        can."""
+        """Why a CSV file whose header holds ``names`` cannot be read by name; None if it can."""
         seen: dict[str, str] = {}
         for n in names:
             if n.lower() in seen:

@@ -55,9 +55,8 @@ READ_STATUSES = (FileStatus.INGESTED, FileStatus.ARCHIVED)
 
 
 def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool:
-    """Whether a refresh reads the file of a ledger row again: it gave rows and is still
-    there to read (in landing, or archived), and was delivered in ``replay_slice`` (by its
-    modification time) when one is given."""
+    """Whether a refresh reads a ledger row's file again: it gave rows, is still there to read,
+    and was delivered (modified) in ``replay_slice`` when one is given."""
     if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
         return False
     # (the ledger's times are UTC, read back as naive datetimes)
@@ -129,9 +128,7 @@ def _replayed(spark: SparkSession, table: Table,
 
 @dataclass(frozen=True)
 class ReplayedFiles:
-    """A refresh's batches: each batch of the ledger read again from where its files are now
-    (those delivered in ``replay_slice``), each row named as the first ingestion named it; the
-    batch's ledger partition replaced; nothing moved."""
+    """A refresh's batches (see the module's text), of the files delivered in ``replay_slice``."""
 
     batches: Mapping[int, list[dict[str, Any]]] = field(default_factory=dict)
     replay_slice: TimeSlice | None = None
@@ -199,8 +196,7 @@ class ReplayedFiles:
 
 
 class BronzeReplayJob(Job):
-    """The feed's batches read again from their files (see the module's text), by the feed's
-    file-batch writer."""
+    """The feed's batches read again by its file-batch writer (see the module's text)."""
 
     layer = Layer.BRONZE
 
