@@ -18,13 +18,12 @@ STRUCT of the fields ``sequence`` names.
 
 ``sequence`` is a non-empty list of dotted paths into the envelope: ``source.<field>``,
 ``transaction.<field>`` or ``ts_ms``, each optionally followed by a Spark SQL type. **Typing
-rule**: a path's stated type wins; without one, a field named in :data:`BIGINT_FIELDS` (``lsn``,
-``txId``, ``xmin``, ``pos``, ``row``, ``server_id``, ``thread``, ``ts_ms``, ``ts_us``,
-``ts_ns``, ``event_serial_no``, ``total_order``, ``data_collection_order``: the numeric ones of
-Debezium's connectors) is BIGINT, any other STRING (``change_lsn``, ``commit_lsn``, ``file``,
-``gtid``: Debezium writes them as text whose text order is their order). A field Debezium
-writes as digits in a string whose length varies (Oracle's ``scn``) needs a numeric type
-stated, or it orders as text. The paths' last parts must be distinct.
+rule**: a path's stated type wins; without one, a field named in :data:`BIGINT_FIELDS` (the
+numeric ones of Debezium's connectors: ``lsn``, ``txId``, ``pos``, ``row``, ``ts_ms``...) is
+BIGINT, any other STRING (``change_lsn``, ``commit_lsn``, ``file``, ``gtid``: Debezium writes
+them as text whose text order is their order). A field Debezium writes as digits in a string
+whose length varies (Oracle's ``scn``) needs a numeric type stated, or it orders as text. The
+paths' last parts must be distinct.
 
 Both JSON shapes of the Kafka Connect JSON converter are read: the event itself
 (``schemas.enable=false``) and ``{"schema": ..., "payload": {...}}`` (the event is

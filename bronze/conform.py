@@ -149,9 +149,8 @@ class Conformer:
     # ------------------------------------------------------------------ columns
     def from_columns(self, df: DataFrame, types: Mapping[str, DataType], *, text: bool
                      ) -> DataFrame:
-        """``df``'s columns (``types``: name -> type, with ``_corrupt_record``,
-        ``_corrupt_reason`` and ``_metadata`` beside them) as the schema's: CSV fields
-        (``text``) or Parquet columns."""
+        """``df``'s columns (``types``: name -> type, with ``_corrupt_record``, ``_corrupt_reason``
+        and ``_metadata`` beside them) as the schema's: CSV fields (``text``) or Parquet columns."""
         lower = {n.lower(): n for n in types}
         valid = F.col(CORRUPT).isNull()
         values: list[Column] = []

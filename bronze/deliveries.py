@@ -230,9 +230,8 @@ class Entry:
 
 
 class Deliveries:
-    """Files landed again under a path the ledger holds: checked at the start of a run
-    (:meth:`check`), and the files known to the ledger (:attr:`known`), which each micro-batch
-    leaves out (:class:`bronze.filebatch.KnownFiles`). See the module's text."""
+    """Files landed again under a path the ledger holds, checked at a run's start (:meth:`check`),
+    and the files known to the ledger (:attr:`known`) each micro-batch leaves out."""
 
     def __init__(self, spark: SparkSession, storage: Storage, table: Table, *, ledger: str,
                  replayable: range, log: Any) -> None:

@@ -94,11 +94,10 @@ class LedgerReread:
         return None
 
     def where(self, spark: SparkSession, table: Table, since: TimeSlice) -> str | None:
-        """The rows of the files delivered in ``since``, by batch and ``_source_file`` (a
-        file delivered again under its name is another batch's), in bronze and its
-        quarantine: one flat ``IN`` list of the pairs, as the ledger spells each file and as
-        the tables' rows do (rows written before ``_source_file`` took the ledger's form
-        spell it as Spark's URI)."""
+        """The rows of the files delivered in ``since``, by batch and ``_source_file`` (a file
+        delivered again under its name is another batch's), in bronze and its quarantine: one
+        flat ``IN`` list of the pairs, as the ledger spells each file and as the tables' rows do
+        (rows written before ``_source_file`` took the ledger's form spell it as Spark's URI)."""
         chosen = {(int(r["batch_id"]), r["path"]) for r in _replayed(spark, table, since)}
         if not chosen:
             return None
