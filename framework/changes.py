@@ -384,12 +384,11 @@ class ChangeApplier:
                         ) -> tuple[DataFrame | None, DataFrame | None, DataFrame]:
         """SCD2 without a truncate in the batch: the versions recomputed from the log and the
         table's rows they replace (None, None when no key needs it), and the versions folded
-        forward. A key ``ahead`` (a stream in order) changes from its current version on, so
-        only that is folded: the current version (as two upserts: its start and its newest
-        event), then the batch's events. Each folded version is new or changes the current one,
-        and the key's other versions cannot change: they are written as they are, without
-        comparison. Any other key is recomputed from its whole history in the log (``ahead``
-        None: every key is ahead)."""
+        forward. A key ``ahead`` (a stream in order) changes from its current version on, so only
+        that is folded: the current version (as two upserts: its start and its newest event), then
+        the batch's events. Each folded version is new or changes the current one, and the key's
+        other versions cannot change: they are written as they are, without comparison. Any other
+        key is recomputed from its whole history in the log (``ahead`` None: every key is ahead)."""
         if ahead is None:
             forward = F.broadcast(events.select(*self.keys))
             batch = events

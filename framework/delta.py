@@ -172,8 +172,7 @@ def add_missing_columns(spark: SparkSession, location: str, schema: StructType) 
 
 
 def add_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
-    """Add ``fields`` to the Delta table at ``location``, nullable, at the end (none: no
-    commit)."""
+    """Add ``fields`` to the Delta table at ``location``, nullable, at the end (none: no commit)."""
     if fields:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
@@ -311,11 +310,10 @@ class BatchCommits:
     def written_before(self, location: str, batch_id: int) -> bool:
         """Whether this batch was appended to the Delta table at ``location`` before a restart.
 
-        Only a replayable batch can have been (the source plans each batch once, in order, and
-        a failed batch fails the query rather than being retried in it); its earlier append is
-        found by its commit's tag. Every other batch is appended without asking, which spares
-        the rebuild of the table's state that Delta's idempotent writes (``txnAppId``) cost on
-        every append."""
+        Only a replayable batch can have been (the source plans each batch once, in order, and a
+        failed batch fails the query rather than being retried in it); its earlier append is found
+        by its commit's tag. Every other batch is appended without asking, which spares the rebuild
+        of the table's state that Delta's idempotent writes (``txnAppId``) cost on every append."""
         return batch_id in self.replayable and self.version(location, batch_id) is not None
 
     def version(self, location: str, batch_id: int) -> int | None:

@@ -1,10 +1,9 @@
 """Event time across layers: what keeps a watermark in delivery order.
 
 A feed is a backlog delivered in order: bronze's file source takes landing files by their
-modification time, so each bronze micro-batch, and so each bronze commit, is a contiguous run
-of the delivered files. A downstream query with a watermark (silver's deduplication, gold's
-windows) keeps the guarantee below as long as each of its micro-batches reads whole upstream
-commits, in order:
+modification time, so each bronze micro-batch, and so each bronze commit, is a contiguous run of the
+delivered files. A downstream query with a watermark (silver's deduplication, gold's windows) keeps
+the guarantee below as long as each of its micro-batches reads whole upstream commits, in order:
 
 1. no row that was on time in delivery order is dropped;
 2. every row dropped as late was behind the watermark computed from the rows delivered before

@@ -42,10 +42,9 @@ EXAMPLES = {
 
 
 def parser_session(env: Environment | None = None) -> SparkSession:
-    """The active session, or a bare local one: parsing needs neither the environment's cluster
-    nor its catalog, so any environment's specs can be checked from any machine. An environment
-    on Spark Connect (Databricks serverless included) parses on its server (its client may have
-    no Java)."""
+    """The active session, or a bare local one: parsing needs neither the environment's cluster nor
+    its catalog, so any environment's specs can be checked from any machine. An environment on Spark
+    Connect (Databricks serverless included) parses on its server (its client may have no Java)."""
     if env is not None:
         from framework.session import get_spark, on_spark_connect
 

@@ -1,14 +1,13 @@
 """Silver's micro-batch: a pure step from the batch's rows to its :class:`Refined` outcome.
 
-Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`,
-made from a :class:`~framework.microbatch.TableBatches` (the table and what the batches need,
-decided before the query starts) where the batches run: in the job's process, or on a Spark
-Connect server. It evaluates the expectations (``fail`` raises inside the batch's own
-computation, so no table of the batch commits), counts broken rows per rule, drops or
-quarantines them, and writes the good rows: appended (one commit per table, tagged with the
-query and batch: a batch replayed after a crash appends only where its commit is missing),
-applied as changes by key (upsert or SCD2, :mod:`framework.changes`), or written into the
-batch's partition of a Hive-bucketed parquet table.
+Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`, made
+from a :class:`~framework.microbatch.TableBatches` (the table and what the batches need, decided
+before the query starts) where the batches run: in the job's process, or on a Spark Connect server.
+It evaluates the expectations (``fail`` raises inside the batch's own computation, so no table of
+the batch commits), counts broken rows per rule, drops or quarantines them, and writes the good
+rows: appended (one commit per table, tagged with the query and batch: a batch replayed after a
+crash appends only where its commit is missing), applied as changes by key (upsert or SCD2,
+:mod:`framework.changes`), or written into the batch's partition of a Hive-bucketed parquet table.
 """
 
 from __future__ import annotations

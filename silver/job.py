@@ -5,13 +5,12 @@ The query reads the upstream Delta table as a stream, selects, renames and casts
 ``cast:<column>``), applies custom transforms, and deduplicates with
 ``withWatermark(event_time, delay).dropDuplicatesWithinWatermark(keys)``.
 
-Dedup, plainly: a row is dropped when a row with the same keys was seen and its event time is
-within ``delay`` of the newest event time seen so far. The state keeps a key until the
-watermark (newest event time minus ``delay``) passes the key's event time plus ``delay``, so it
-holds about two delays' worth of keys and stops growing. A duplicate arriving after its key left
-the state passes (it is no duplicate any more, as far as silver knows), and a row whose event
-time is already behind the watermark on arrival is dropped as late (counted from the state
-operator's metrics).
+Dedup, plainly: a row is dropped when a row with the same keys was seen and its event time is within
+``delay`` of the newest event time seen so far. The state keeps a key until the watermark (newest
+event time minus ``delay``) passes the key's event time plus ``delay``, so it holds about two
+delays' worth of keys and stops growing. A duplicate arriving after its key left the state passes
+(it is no duplicate any more, as far as silver knows), and a row whose event time is already behind
+the watermark on arrival is dropped as late (counted from the state operator's metrics).
 
 A table with no expectation, no cast and plain appends is written by Delta's streaming sink
 (exactly once by itself: it records the query id and batch id in the commit), its rows counted
@@ -289,10 +288,9 @@ class SilverJob(StreamingJob):
                          comment=f"Rows of {self.table.name} that broke a quarantine rule")
 
     def _check_mode(self) -> None:
-        """Raises :class:`TableModeError` when the table (at its location) was written in
-        another mode than its spec asks: with SCD2's versions or without, or without a change
-        log (none, or one with no event, while the table has rows). Before any table is
-        created or written."""
+        """Raises :class:`TableModeError` when the table (at its location) was written in another
+        mode than its spec asks: with SCD2's versions or without, or without a change log (none, or
+        one with no event, while the table has rows). Before any table is created or written."""
         existing = read_table(self.spark, self.table.location)
         versions = set(SCD2_COLUMNS) <= set(existing.columns)
         scd2 = self.applier is not None and self.applier.scd2

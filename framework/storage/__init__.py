@@ -107,15 +107,14 @@ def storage_for(path: str, env: Environment | None = None, spark: Any = None) ->
 
 def land(storage: Storage, files: Sequence[str], folder: str, *, keep_times: bool = False,
          on_landed: Callable[[str, FileInfo], None] | None = None) -> list[FileInfo]:
-    """Upload local ``files`` into ``folder`` in the order given, each with a modification
-    time later than the one before it and than every file already in ``folder``: Spark's file
-    source reads files in the order of their times, so the feed is read in delivery order.
-    The framework sets times where the store allows it (a local disk: one millisecond apart at
-    least). A store that sets them itself (ADLS, in whole seconds) gets each file in a later
-    second than the one before: the upload waits for the next second, and a file whose time
-    still ties is written again (flushed) a second later. ``keep_times`` gives each file its
-    own local modification time instead (local stores only), read in that order.
-    ``on_landed`` is called with each file as it lands."""
+    """Upload local ``files`` into ``folder`` in the order given, each with a modification time
+    later than the one before it and than every file already in ``folder``: Spark's file source
+    reads files in the order of their times, so the feed is read in delivery order. The framework
+    sets times where the store allows it (a local disk: one millisecond apart at least). A store
+    that sets them itself (ADLS, in whole seconds) gets each file in a later second than the one
+    before: the upload waits for the next second, and a file whose time still ties is written again
+    (flushed) a second later. ``keep_times`` gives each file its own local modification time instead
+    (local stores only), read in that order. ``on_landed`` is called with each file as it lands."""
     resolution = storage.resolution_ms(folder)
     if keep_times and resolution != 1:
         raise StorageError(f"expected a store whose files' times can be set for --keep-times, "
