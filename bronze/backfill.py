@@ -162,9 +162,8 @@ class InPlace(Reconciler):
 
 @dataclass(frozen=True)
 class FolderFiles(LandingFiles):
-    """A backfill's batches: the files its query planned in the folder, in the slice, less
-    those ingested before; ledger rows naming the file's path under the folder; nothing
-    moved. Its batch ``b`` is batch ``BACKFILL_BASE + b`` in the lake."""
+    """A backfill's batches (see the module's text): the folder's files in the slice, less those
+    ingested before, with ledger rows naming their path under the folder; nothing moved."""
 
     backfill: Backfill = field(default_factory=lambda: Backfill(""))
     folder: str = ""

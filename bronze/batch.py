@@ -42,7 +42,7 @@ QUARANTINE_SCHEMA = StructType(
 
 # Statistics only on the ingestion columns: bronze is read by streams and by batch id, and
 # collecting min/max of every data column costs a share of the write. The change data feed lets
-# each batch's rows be read back from its own commit (see BronzeJob._batch_rows).
+# each batch's rows be read back from its own commit (bronze.ledger.commit_rows_per_file).
 BRONZE_PROPERTIES = {"delta.dataSkippingStatsColumns": f"{BATCH_ID},{INGESTED_AT},{FILE_MTIME}",
                      CHANGE_FEED: "true"}
 
@@ -100,14 +100,13 @@ class BatchSplit:
     stamped: DataFrame  # every record, with its ingestion time and batch id
     to_quarantine: Column  # true for a malformed record
     good: DataFrame  # the bronze rows; writing them fills ``observation``
-    # Records read and records to quarantine, in all and per source file (bronze.ledger)
-    observation: Observation
+    observation: Observation  # records read, to quarantine... (see _counts)
     rescued: str | None = None  # the rescued column, whose non-null values are counted
     skip: tuple[str, Column] | None = None  # records neither written nor quarantined, counted
 
     def count(self) -> dict[str, int]:
-        """The observation's figures, counted without writing (for a replayed batch whose
-        append committed before the restart: it is not written again)."""
+        """The observation's figures, counted without writing (a replayed batch whose append
+        committed before the restart)."""
         row = self.stamped.agg(*_counts(self.to_quarantine, self.stamped.columns,
                                         self.rescued, self.skip)).first()
         assert row is not None  # an aggregate without grouping returns one row
@@ -129,11 +128,10 @@ class BatchSplit:
 def split_batch(batch: DataFrame, name: str, batch_id: int,
                 to_quarantine: Column | None = None, rescued: str | None = None,
                 skip: tuple[str, Column] | None = None) -> BatchSplit:
-    """The batch stamped with its ingestion time and id, and its bronze rows (those not to
-    quarantine: by default the malformed ones); the records read and those to quarantine are
-    counted as the rows are written. ``skip`` (a name and a condition) marks records that are
-    not data (Debezium's tombstones): neither written nor quarantined, counted under the
-    name."""
+    """The batch stamped with its ingestion time and id, and its bronze rows (not to quarantine:
+    by default the malformed ones), counted as they are written. ``skip`` (a name and a
+    condition) marks records that are not data (Debezium's tombstones): neither written nor
+    quarantined, counted under the name."""
     stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
         BATCH_ID, F.lit(batch_id).cast("long")
     )

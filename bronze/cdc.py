@@ -12,19 +12,18 @@ spec, beside ``source``::
       # sequence: ["source.scn DECIMAL(38,0)"]             # Oracle: a type stated
 
 ``source.schema`` is the DDL of the **row** (the table's columns, what ``after`` and ``before``
-hold), not of the envelope. The envelope read around it is ``before``
-and ``after`` (STRUCT of the row), ``op`` STRING, ``ts_ms`` BIGINT and ``source`` (and
-``transaction``, if named) STRUCT of the fields ``sequence`` names.
+hold), not of the envelope. The envelope read around it is ``before`` and ``after`` (STRUCT
+of the row), ``op`` STRING, ``ts_ms`` BIGINT and ``source`` (and ``transaction``, if named)
+STRUCT of the fields ``sequence`` names.
 
 ``sequence`` is a non-empty list of dotted paths into the envelope: ``source.<field>``,
 ``transaction.<field>`` or ``ts_ms``, each optionally followed by a Spark SQL type. **Typing
-rule**: a path's stated type wins; without one, a field named in :data:`BIGINT_FIELDS` (``lsn``,
-``txId``, ``xmin``, ``pos``, ``row``, ``server_id``, ``thread``, ``ts_ms``, ``ts_us``,
-``ts_ns``, ``event_serial_no``, ``total_order``, ``data_collection_order``: the numeric ones of
-Debezium's connectors) is BIGINT, any other STRING (``change_lsn``, ``commit_lsn``, ``file``,
-``gtid``: Debezium writes them as text whose text order is their order). A field Debezium
-writes as digits in a string whose length varies (Oracle's ``scn``) needs a numeric type
-stated, or it orders as text. The paths' last parts must be distinct.
+rule**: a path's stated type wins; without one, a field named in :data:`BIGINT_FIELDS` (the
+numeric ones of Debezium's connectors: ``lsn``, ``txId``, ``pos``, ``row``, ``ts_ms``...) is
+BIGINT, any other STRING (``change_lsn``, ``commit_lsn``, ``file``, ``gtid``: Debezium writes
+them as text whose text order is their order). A field Debezium writes as digits in a string
+whose length varies (Oracle's ``scn``) needs a numeric type stated, or it orders as text. The
+paths' last parts must be distinct.
 
 Both JSON shapes of the Kafka Connect JSON converter are read: the event itself
 (``schemas.enable=false``) and ``{"schema": ..., "payload": {...}}`` (the event is
@@ -180,8 +179,7 @@ def sequence_type(cdc: CdcSpec, types: dict[str, DataType]) -> DataType:
 
 
 def cdc_fields(cdc: CdcSpec, types: dict[str, DataType]) -> list[StructField]:
-    """The columns a change event adds after the row's: ``_cdc_op``, ``_cdc_ts_ms``,
-    ``_cdc_sequence``."""
+    """The change columns after the row's: ``_cdc_op``, ``_cdc_ts_ms``, ``_cdc_sequence``."""
     return [StructField(OP, StringType()), StructField(TS_MS, LongType()),
             StructField(SEQUENCE, sequence_type(cdc, types))]
 
@@ -216,8 +214,8 @@ def cdc_problems(cdc: CdcSpec | None, *, json_feed: bool, found_format: str,
 
 
 def row_problem(row: StructType) -> str | None:
-    """Why a row schema cannot take the change columns beside it (a column of the same
-    name), or None."""
+    """Why a row schema cannot take the change columns beside it (a column of their name), or
+    None."""
     taken = [f.name for f in row.fields if f.name.lower() in {c.lower() for c in
                                                               (*CDC_COLUMNS, TOMBSTONE)}]
     if taken:

@@ -69,8 +69,7 @@ class FileChecks:
         return with_file_columns(frame) if frame is not None else None
 
     def probe(self, files: Sequence[str]) -> None:
-        """Read ``files`` to the end (the format's checks included); raises when one cannot
-        be."""
+        """Read ``files`` to the end (the format's checks included); raises when one cannot be."""
         df = self.read(files)
         if df is not None:
             df.write.format("noop").mode("overwrite").save()
@@ -96,10 +95,9 @@ class FileChecks:
         return find_failing(files, self.probe, self.spark)
 
     def check_parquet(self, stamped: DataFrame, files: Sequence[str]) -> None:
-        """Parquet: the rows decoded from each file (every column, as the write will) must be
-        its footer's row count, checked before anything is written; raises
-        :class:`ShortRead` for a file that reads short. A pass of its own: parquet feeds are
-        read twice."""
+        """Raise :class:`ShortRead` for a parquet file whose rows decoded (every column, as the
+        write will) are not its footer's row count, before anything is written. A pass of its
+        own: parquet feeds are read twice."""
         footers = parquet_footer_counts(self.spark, files)
         columns = [c for c in stamped.columns if c != SOURCE_FILE and c not in INTERNAL]
         decoded = stamped.groupBy(SOURCE_FILE).agg(F.count(F.hash(*columns)).alias("count"))
@@ -118,8 +116,7 @@ class ShortRead(Exception):
 
 
 def failing_file(spark: SparkSession, error: BaseException) -> tuple[str, str] | None:
-    """The file Spark's ``error`` names, with the reason (the root cause's first line); None
-    when it names none."""
+    """The file Spark's ``error`` names, with the reason (the root cause's first line), or None."""
     chain = error_chain(error) or _python_chain(error)
     for cause in chain:
         if cause.condition.startswith(READ_FAULT):
@@ -190,8 +187,7 @@ def reads_alone(files: Sequence[str], probe: Callable[[Sequence[str]], None]) ->
 
 
 def parquet_footer_counts(spark: SparkSession, files: Sequence[str]) -> dict[str, int]:
-    """Rows per file (by local path) as the files' footers give them: a job that reads the
-    footers and no column data."""
+    """Rows per file (by local path) from the files' footers: a job that reads no column data."""
     if not files:
         return {}
     rows = (spark.read.format("parquet").load([literal(f) for f in files])

@@ -117,8 +117,7 @@ class Conformer:
 
     # ------------------------------------------------------------------ headers
     def header_problem(self, names: Sequence[str]) -> str | None:
-        """Why a CSV file whose header holds ``names`` cannot be read by name; None if it
-        can."""
+        """Why a CSV file whose header holds ``names`` cannot be read by name; None if it can."""
         seen: dict[str, str] = {}
         for n in names:
             if n.lower() in seen:
@@ -150,9 +149,8 @@ class Conformer:
     # ------------------------------------------------------------------ columns
     def from_columns(self, df: DataFrame, types: Mapping[str, DataType], *, text: bool
                      ) -> DataFrame:
-        """``df``'s columns (``types``: name -> type, with ``_corrupt_record``,
-        ``_corrupt_reason`` and ``_metadata`` beside them) as the schema's: CSV fields
-        (``text``) or Parquet columns."""
+        """``df``'s columns (``types``: name -> type, with ``_corrupt_record``, ``_corrupt_reason``
+        and ``_metadata`` beside them) as the schema's: CSV fields (``text``) or Parquet columns."""
         lower = {n.lower(): n for n in types}
         valid = F.col(CORRUPT).isNull()
         values: list[Column] = []

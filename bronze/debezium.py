@@ -45,8 +45,7 @@ FOUND_CHARS = 200  # characters of a value shown in a reason
 
 
 def event_of(record: Column) -> Column:
-    """The change event of a record's variant: itself, or its ``payload`` in the wrapped
-    shape."""
+    """The change event of a record's variant: itself, or its ``payload`` if wrapped."""
     top = F.try_variant_get(record, "$", "map<string,variant>")
     wrapped = F.map_contains_key(top, F.lit("payload")) & ~F.map_contains_key(top, F.lit("op"))
     return F.when(F.coalesce(wrapped, F.lit(False)), top["payload"]).otherwise(record)
@@ -128,11 +127,9 @@ def parse_change_events(lines: DataFrame, conformer: Conformer, cdc: CdcSpec,
                         types: Mapping[str, DataType], options: Mapping[str, str],
                         max_record_bytes: int, carry: Sequence[str], *,
                         origin: Column | None = None) -> DataFrame:
-    """The change events in ``lines``' column ``value`` as the row's columns, ``_cdc_op``,
-    ``_cdc_ts_ms``, ``_cdc_sequence``, the rescued column, ``_corrupt_record`` (the text of
-    an envelope to quarantine), :data:`~bronze.conform.DROPPED`, ``_corrupt_reason`` and
-    the columns ``carry``: what :func:`~bronze.reading.parse_json_lines` gives, with the
-    change columns after the row's."""
+    """The change events in ``lines``' column ``value`` as
+    :func:`~bronze.reading.parse_json_lines` gives a row, with the change columns after the
+    row's columns and ``_corrupt_record`` holding the text of an envelope to quarantine."""
     # One projection per step: each value computed once, not once per use (Spark does not
     # merge projections that would repeat an expensive expression).
     fits = F.col(SIZE) <= F.lit(max_record_bytes)
@@ -145,11 +142,10 @@ def parse_change_events(lines: DataFrame, conformer: Conformer, cdc: CdcSpec,
     record, event, row = F.col(RECORD), F.col(EVENT), F.col(ROW_VALUE)
     problem = F.when(~fits, too_large(max_record_bytes, fits, F.col(SIZE))).otherwise(
         envelope_problem(record, event, F.col(OP), row, cdc, types))
-    # An optimizer barrier: Spark pushes a filter on the result (the quarantine's) down
-    # through deterministic projections, each step's expression inlined into every use of
-    # it; for this decoding that took 50 s of a batch of 3 records (2 s without the filter).
-    # A projection holding a nondeterministic expression (the partition id, always >= 0)
-    # stops it here.
+    # An optimizer barrier: Spark pushes a filter on the result (the quarantine's) down through
+    # deterministic projections, inlining each step's expression into every use of it; for this
+    # decoding that took 50 s of a batch of 3 records (2 s without the filter). A projection
+    # holding a nondeterministic expression (the partition id, always >= 0) stops it here.
     problem = F.when(F.spark_partition_id() >= 0, problem)
     staged = staged.select(
         F.when(problem.isNull(), F.to_json(row)).otherwise(F.lit("{}")).alias("value"),

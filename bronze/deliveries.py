@@ -1,57 +1,54 @@
 """Deliveries: a file landed again under a name bronze has already read.
 
-Spark's file stream source remembers the paths it has listed (the seen files of its
-checkpoint), not their bytes: a file landed again under a path it has listed is never listed
-again, whatever its size or time, and a run reads nothing without a word. The other way round,
-a query on a new checkpoint lists every file still in landing, so with ``clean_source: off``
-a checkpoint moved aside would ingest them all a second time. Here a delivery is a file's bytes
-(decision 17), told apart by the size and modification time the file ledger (``<table>_files``)
-records for each file read.
+Spark's file stream source remembers the paths it has listed (its checkpoint's seen files), not
+their bytes: a file landed again under a listed path is never listed again, whatever its size or
+time, and a run silently reads nothing. Conversely, a query on a new checkpoint lists every file
+still in landing, so with ``clean_source: off`` a checkpoint moved aside would ingest them all a
+second time. Here a delivery is a file's bytes (decision 17), told apart by the size and
+modification time the file ledger (``<table>_files``) records for each file read.
 
 At the start of a run, before the query lists landing, :meth:`Deliveries.check`:
 
 1. lists the landing folder through the job's storage, keeping the files Spark's file source
    would list (:class:`LandingPattern`: the glob of ``source.path``, ``path_glob_filter``,
-   ``recursive_file_lookup``; names starting with ``_`` or ``.`` are never listed), and reads
-   the ledger rows of those paths: one read of the ledger filtered by path, none when landing
-   holds no such file;
+   ``recursive_file_lookup``; never names starting with ``_`` or ``.``), and reads the ledger
+   rows of those paths in one filtered read, none when landing holds no such file;
 2. for each landing file whose path the ledger holds:
 
    - with the size and modification time of a row ``ingested``, ``archived`` or ``deleted``:
      the same bytes, landed again. Nothing is done; a warning (``bronze.file.already_ingested``)
-     says so, except for a file whose row is ``ingested`` (it is still in landing by design:
-     ``clean_source: off``, or a move the store refused) unless the checkpoint has committed
-     no batch yet, and except for a file of a batch the query replays (its moves are pending);
+     says so, except for a file of a batch the query replays (its moves are pending) and for one
+     whose row is ``ingested`` (in landing by design: ``clean_source: off``, or a move the store
+     refused) unless the checkpoint has committed no batch yet;
    - else a new delivery (``bronze.file.redelivered``). With ``redelivery: ingest`` (the
-     default) it is renamed within its folder to a name Spark has never listed, which keeps its
+     default) it is renamed within its folder to a name Spark has never listed that keeps its
      extensions and still matches the source's glob and filter (:func:`delivery_name`:
-     ``e1.json`` -> ``e1.delivery-20261125T013000123Z.json``, the UTC time of the file's
-     modification, with ``-2``, ``-3``... when that name is taken in landing or in the
-     archive): the query then ingests it once, as a file of its own in the ledger, and archives
-     it beside the earlier copy. With ``redelivery: skip`` it is moved whole to the quarantine
-     folder (the layout of :func:`~framework.storage.archive_target`, under its delivery name,
-     so an earlier copy there stays), with a ledger row ``quarantined`` whose error names the
-     reason (``bronze.file.redelivery_quarantined``). A delivery whose new name no glob or
-     filter of the source would match is quarantined the same way, whatever the setting.
-     ``skip`` applies to names already ingested: a file sent again after its earlier copy
-     failed is the fix, and is ingested.
+     ``e1.json`` -> ``e1.delivery-20261125T013000123Z.json``, the UTC time of its
+     modification, with ``-2``, ``-3``... when that name is taken in landing or the archive):
+     the query ingests it once, as a file of its own in the ledger, and archives it beside the
+     earlier copy. With ``redelivery: skip`` it is moved whole to the quarantine folder (the
+     layout of :func:`~framework.storage.archive_target`, under its delivery name, so an
+     earlier copy there stays), with a ledger row ``quarantined`` whose error names the reason
+     (``bronze.file.redelivery_quarantined``). A delivery whose new name the source's glob or
+     filter would not match is quarantined alike, whatever the setting. ``skip`` applies to
+     names already ingested: a file sent again after its earlier copy failed is the fix, and is
+     ingested.
 
 3. The same-bytes files make the set of known files (path, size, modification time) that
-   :class:`bronze.filebatch.KnownFiles` takes out of each micro-batch before it is read: a file the
-   ledger holds as ingested in an earlier batch (a query on a new checkpoint lists it again) is
-   not read again, gets no new ledger row and is reported (``bronze.file.skipped_known``, and
+   :class:`bronze.filebatch.KnownFiles` takes out of each micro-batch before it is read: a file
+   the ledger holds as ingested in an earlier batch (a new checkpoint lists it again) is not
+   read again, gets no new ledger row and is reported (``bronze.file.skipped_known``, and
    ``skipped_files`` in the run's counts). The set holds what landing held at the start, so a
-   batch looks up each of its files in a dict, whatever the ledger's size; files landed while a
-   continuous query runs are looked at by the next run's start.
+   batch looks its files up in a dict, whatever the ledger's size; files landed while a
+   continuous query runs wait for the next run's start.
 
-Cost: nothing but the listing when landing holds no file Spark would read; else one Spark read
-of the ledger (a filtered scan, collected), whatever landing holds. ``bench/deliveries_check.py``
+Cost: only the listing when landing holds no file Spark would read; else one Spark read of the
+ledger (a filtered scan, collected), whatever landing holds. ``bench/deliveries_check.py``
 against a ledger of 1,000 rows in 50 commits, on two cores: medians of 0.52 s per check with 20
-files in landing and 0.76 s with 200 at a load of 3 (other tests beside it), 1.7 to 2.1 s at a
-load of 5 to 9; the first check of a session 2 to 11 s. Of a check, loading the table took
-0.03 s and the scan's Spark jobs the rest. The listing is a call per file through a Hadoop
-store, ``os`` calls on a local disk. With ``clean_source: off`` landing keeps every file, and
-each run looks all of them up.
+files in landing and 0.76 s with 200 at a load of 3, 1.7 to 2.1 s at a load of 5 to 9; the
+first check of a session 2 to 11 s. Loading the table took 0.03 s of a check, the scan's Spark
+jobs the rest. The listing is a call per file through a Hadoop store, ``os`` calls on a local
+disk. With ``clean_source: off`` landing keeps every file, and each run looks all of them up.
 
 Ledger rows of skipped deliveries are in the batch partition :data:`REDELIVERY_BATCH` (-1),
 which no micro-batch has: the stream's batches (and so ``read_batch``, the commits' tags and
@@ -67,9 +64,8 @@ in landing, and only moves it to the location the row names.
 
 A file landed again under a delivery name (``e1.delivery-....json``) is named again from its
 original stem, not nested. A new name is checked against landing, the archive and the rows
-read, not against every path the ledger holds: a name taken only by a deleted file of the same
-name and the same time to the millisecond (Spark would skip the renamed file) is seen again by
-the next run and renamed once more.
+read, not every path the ledger holds: a name taken only by a deleted file of the same name
+and time to the millisecond (Spark would skip the renamed file) is renamed again next run.
 """
 
 from __future__ import annotations
@@ -109,11 +105,10 @@ MAX_EXTENSIONS = 3
 
 
 def delivery_name(name: str, modified_ms: int, n: int = 1) -> str:
-    """A new name for a file landed again under ``name``: its stem, the UTC time of its
-    modification to the millisecond, ``-n`` from the second try on, then its extensions (the
-    codec's last, as Spark's readers look for it): ``x.csv.gz`` ->
-    ``x.delivery-20261125T013000123Z.csv.gz``. A delivery name is named again from its
-    original stem."""
+    """A new name for a file landed again under ``name``: its original stem, the UTC time of
+    its modification to the millisecond, ``-n`` from the second try on, then its extensions
+    (the codec's last, where Spark's readers look for it): ``x.csv.gz`` ->
+    ``x.delivery-20261125T013000123Z.csv.gz``."""
     stem, extensions = name, ""
     for _ in range(MAX_EXTENSIONS):
         found = EXTENSION.search(stem)
@@ -235,9 +230,8 @@ class Entry:
 
 
 class Deliveries:
-    """Files landed again under a path the ledger holds: checked at the start of a run
-    (:meth:`check`), and the files known to the ledger (:attr:`known`), which each micro-batch
-    leaves out (:class:`bronze.filebatch.KnownFiles`). See the module's text."""
+    """Files landed again under a path the ledger holds, checked at a run's start (:meth:`check`),
+    and the files known to the ledger (:attr:`known`) each micro-batch leaves out."""
 
     def __init__(self, spark: SparkSession, storage: Storage, table: Table, *, ledger: str,
                  replayable: range, log: Any) -> None:
@@ -381,8 +375,7 @@ class Deliveries:
                          ingested_in_batch=copy.batch_id, status=copy.status)
 
     def new_checkpoint(self) -> bool:
-        """Whether the query's checkpoint has committed no batch (a new or reset one): it
-        lists every file in landing as new."""
+        """Whether the checkpoint has committed no batch (new or reset): it lists all of landing."""
         if self._new_checkpoint is None:
             self._new_checkpoint = last_committed_batch(self.checkpoint, self.storage) < 0
         return self._new_checkpoint
@@ -450,8 +443,7 @@ class Deliveries:
                            f"{self.quarantine_dir}, found every name taken")
 
     def _ledger_rows(self, paths: list[str], keys: list[str]) -> list[Entry]:
-        """The ledger rows of ``paths``, and those of files backfilled under ``keys`` (their
-        paths under landing): one read."""
+        """In one read, the ledger rows of ``paths`` and of files backfilled under ``keys``."""
         rows = read_table(self.spark, self.ledger) \
             .where(F.col("path").isin(sorted(set(paths)))
                    | ((F.col("batch_id") >= BACKFILL_BASE)
@@ -503,8 +495,8 @@ class Deliveries:
             self._settle_copy(row["path"], row["location"], row["status"])
 
     def _pending(self) -> set[str]:
-        """The files of the batches the query replays (planned before a restart): theirs to
-        read, whatever a backfill read since."""
+        """The files of the batches the query replays (planned before a restart): theirs to read,
+        whatever a backfill read since."""
         files: set[str] = set()
         for batch_id in self.replayable:
             files |= {from_uri(p) for p in batch_source_files(self.checkpoint, batch_id,

@@ -118,7 +118,7 @@ class SchemaHistory:
 
     def apply_spec(self, spec: StructType, *, file: str, batch_id: int) -> StructType:
         """Bring the table to the spec's schema (add its new columns, widen types) and record
-        the schema; returns the feed's schema (the table's records)."""
+        the schema; the feed's schema (the table's records)."""
         current = self.table_records()
         have = {f.name.lower(): f for f in current.fields}
         added: list[StructField] = []
@@ -149,8 +149,7 @@ class SchemaHistory:
 
     def add_columns(self, new: Mapping[str, DataType], batch_id: int,
                     cause: SchemaCause = SchemaCause.ADD_NEW_COLUMNS) -> StructType:
-        """Add ``new`` columns to the table (those it lacks) and record the schema; returns
-        the feed's schema."""
+        """Add the ``new`` columns the table lacks and record the schema; the feed's schema."""
         have = {f.name.lower() for f in self.table_records().fields}
         fields = [StructField(n, t) for n, t in new.items() if n.lower() not in have]
         self.log.debug("bronze.schema.changing", batch_id=batch_id,

@@ -198,9 +198,8 @@ class LandingFiles:
     def settle(self, writer: FileBatchWriter, batch_id: int, rows: list[dict[str, Any]],
                counts: BatchCounts, committed: bool) -> tuple[list[dict[str, Any]],
                                                               dict[str, int]]:
-        """Append the batch's ledger rows as they will stand once its files are settled
-        (unless they are ``committed``: a batch replayed after its ledger commit), then
-        settle the files (:class:`Reconciler`)."""
+        """Append the ledger rows as they will stand once the files are settled (unless
+        ``committed``: a batch replayed after its ledger commit), then settle the files."""
         reconciler = writer.reconciler()
         if not committed:
             with timed(counts.seconds, "ledger"):
@@ -223,12 +222,10 @@ class LandingFiles:
 
 @dataclass(frozen=True)
 class FileBatches:
-    """What a file feed's batches need, decided before they start (the writer factory of a
-    query, or of a replay): the table, where its batches come from, the feed's schema then,
-    the change columns' types of a feed of change events, which tables record their change
-    feed, the batches that may have been written before, the writer's id (None: the query's,
-    from its checkpoint) and the log's context. On a classic session, the job's stop request
-    and store too (over Spark Connect the server has neither: its own store is found)."""
+    """What a file feed's batches need, decided before they start: the writer factory of a query
+    or of a replay (``writer_id`` None: the query's, from its checkpoint). ``stop`` and
+    ``storage`` are the job's on a classic session; over Spark Connect the server has neither,
+    and finds its own store."""
 
     table: Table
     source: FileSource
@@ -339,8 +336,8 @@ class FileBatchWriter:
         checks = FileChecks(self.spark, self.reader, self.schema, log)
         while readable := [f for f in files if f not in failed]:
             try:
-                # (a pass over JSON keys for addNewColumns reads the files: one that cannot
-                # be read fails it as it would fail the write)
+                # (addNewColumns' pass over JSON keys reads the files: an unreadable one fails
+                # it as it would fail the write)
                 change = self._evolve(batch_id, readable, log) or change
                 records = self.reader.read(readable, self.schema, self.spec_columns)
                 if records.failed:  # files that cannot be read by name (a CSV header)

@@ -2,9 +2,9 @@
 
 Spark's file stream source decides which files make a micro-batch (in the order of their
 modification times); each micro-batch is written in ``foreachBatch`` by the feed's file-batch
-writer (:mod:`bronze.filebatch`), which a refresh's replay and a backfill drive too. What every
-driver of a feed's batches shares is :class:`Feed`: the feed's tables, made before any batch,
-and the run's figures, folded from each batch's outcome. After the query,
+writer (:mod:`bronze.filebatch`), which a refresh's replay and a backfill drive too. Every
+driver of a feed's batches shares a :class:`Feed`: the feed's tables, made before any batch, and
+the run's figures, folded from each batch's outcome. After the query,
 :class:`~bronze.reconcile.Reconciler` settles what is left (moves the store refused, what an
 earlier run left). File operations go through ``framework.storage`` (the session's Hadoop file
 system on any store but a local disk).
@@ -52,8 +52,7 @@ MAX_FILE_AGE = "3650d"
 
 
 class Feed:
-    """A file feed's tables and its run's figures, shared by every driver of its batches:
-    the stream (:class:`BronzeJob`), a refresh's replay, a backfill."""
+    """A file feed's tables and its run's figures (see the module's text)."""
 
     def __init__(self, spark: SparkSession, table: Table, log: Any) -> None:
         self.spark, self.table, self.log = spark, table, log
@@ -220,8 +219,8 @@ class BronzeJob(StreamingJob):
         self._prepared = True
 
     def file_source(self) -> FileSource:
-        """The stream's batches, less the files landed again with bytes already ingested,
-        found before Spark lists landing (:class:`~bronze.deliveries.Deliveries`)."""
+        """The stream's batches, less files landed again with bytes already ingested, found
+        before Spark lists landing (:class:`~bronze.deliveries.Deliveries`)."""
         deliveries = Deliveries.at_start(self.spark, self.files, self.table,
                                          ledger=self.table.companion_location("files"),
                                          replayable=self.replayable, log=self.log)
@@ -291,8 +290,8 @@ class BronzeJob(StreamingJob):
                                 seconds=self.run_seconds | self.recorder.seconds)
 
     def reconcile(self) -> dict[str, int]:
-        """Settle the landing files of the committed batches (:class:`Reconciler`): this
-        run's, and what an earlier run left (read from the ledger when there may be some)."""
+        """Settle the landing files of the committed batches: this run's, and what an earlier
+        run left (read from the ledger when there may be some)."""
         return self.feed.reconcile(self.reconciler(), read_ledger=not self._prepared)
 
     def reconciler(self) -> Reconciler:

@@ -138,17 +138,15 @@ def decode(records: DataFrame, schema: StructType, spec: StreamTableSpec,
 
 @dataclass(frozen=True)
 class Ingested(Outcome):
-    """A batch of records written: its figures (records, quarantined...) and the seconds
-    of its steps."""
+    """A batch of records written: its figures (records, quarantined...) and steps' seconds."""
 
     figures: Mapping[str, int] = field(default_factory=dict)
     seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 class RecordWriter:
-    """Writes a batch of decoded records: the good ones to bronze, the malformed ones to the
-    quarantine, one commit each, tagged with the query and batch (a batch replayed after a
-    restart is counted, not written again)."""
+    """Writes a batch of decoded records to bronze and the quarantine, one tagged commit each
+    (a batch replayed after a restart is counted, not written again)."""
 
     def __init__(self, batches: TableBatches, spark: SparkSession) -> None:
         self.table = batches.table
@@ -315,8 +313,7 @@ class StreamBronzeJob(StreamingJob):
         records = sum(b["records"] for b in self.batches.values())
         quarantined = sum(b["quarantined"] for b in self.batches.values())
         good = sum(_bronze_rows(b) for b in self.batches.values())
-        # Debezium's tombstones: read, neither in bronze nor quarantined (records = bronze +
-        # quarantined + tombstones)
+        # Tombstones are read but in neither table: records = bronze + quarantined + tombstones
         skipped = {TOMBSTONES: sum(b.get(TOMBSTONES, 0) for b in self.batches.values())} \
             if self.spec.cdc is not None else {}
         self.log.info("bronze.run.counted", records_read=records,

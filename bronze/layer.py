@@ -63,9 +63,9 @@ def _planner() -> Planner:
 
 
 def backlog(table: Table) -> bool | None:
-    """Whether files wait in a file feed's landing folder (names Spark's file source reads:
-    none starting with '.' or '_'); None for a log of records, whose offsets Spark reads, and
-    for a landing folder that is not there (the feed's job fails, saying so)."""
+    """Whether files wait in a file feed's landing folder (names Spark's file source reads: none
+    starting with '.' or '_'); None for a log of records, whose offsets Spark reads, and for a
+    missing landing folder (the feed's job fails, saying so)."""
     from framework.storage import storage_for
 
     spec = table.spec
@@ -80,8 +80,7 @@ def backlog(table: Table) -> bool | None:
 
 
 def offsets(table: Table) -> Offsets | None:
-    """A Kafka or Event Hubs feed's offsets per topic and partition (:mod:`bronze.offsets`);
-    None for a file feed."""
+    """A Kafka or Event Hubs feed's offsets per topic and partition (:mod:`bronze.offsets`)."""
     spec = table.spec
     if not isinstance(spec, StreamTableSpec):
         return None

@@ -3,17 +3,17 @@ rows in bronze and in quarantine, its status and error; partitioned by batch.
 
 Rows per file are counted from what the batch committed: a ``groupBy`` of the source file over
 the rows its bronze (and quarantine) commit added, read from that commit's own files (the
-tables' change data feed: :func:`framework.delta.version_rows`). An earlier version counted
-them in the pass that writes the batch, with a histogram of the source files' hashes holding a
-bin per file (exact, but a page of explanation). ``bench/bronze_ingest.py --plain-counts`` (a
-flag of the version that had both) measured both on 1M records in 200 files, alternated in
-one session (medians): 12.78 s with the histogram, 12.56 s with the plain count (5 rounds);
-14.42 s and 12.86 s in a second run (3 rounds). The plain way is no slower, so it is the one
-kept. It costs a bronze run of a million records 0.6 to 0.8 s (and 0.15 s to find the
-commit's version); the ledger's append 0.3 to 0.4 s. A batch that read one file (continuous
-ingestion on a short trigger) takes that file's bronze rows from the count of the pass that
-wrote them, without a read back: ten one-file batches took 14.0 s against the hand-written
-query's 9.4 s with the read back, its 0.4 s per batch being most of the difference.
+tables' change data feed: :func:`framework.delta.version_rows`). Counting them in the pass
+that writes the batch, with a histogram of the source files' hashes holding a bin per file, is
+exact but takes a page of explanation, and is no faster: ``bench/bronze_ingest.py
+--plain-counts`` (a flag of the version that had both), on 1M records in 200 files alternated
+in one session (medians), gave 12.78 s with the histogram and 12.56 s with the plain count (5
+rounds); 14.42 s and 12.86 s in a second run (3 rounds). The plain count costs a bronze run of
+a million records 0.6 to 0.8 s (and 0.15 s to find the commit's version); the ledger's append
+0.3 to 0.4 s. A batch that read one file (continuous ingestion on a short trigger) takes that
+file's bronze rows from the count of the pass that wrote them: with the read back, ten
+one-file batches took 14.0 s against a hand-written query's 9.4 s, its 0.4 s per batch most of
+the difference.
 
 A batch's rows are appended once, as they will stand once its files are settled; see
 :mod:`bronze.reconcile`.
@@ -60,8 +60,7 @@ LEDGER_SCHEMA = StructType(
         StructField("location", StringType()),
         StructField("ingested_at", TimestampType()),
         StructField("updated_at", TimestampType()),
-        # What the file's columns lacked or added (bronze.conform), e.g. "missing columns
-        # (null): region"
+        # What the file's columns lacked or added, e.g. "missing columns (null): region"
         StructField("notes", StringType()),
         # How the file came: null for a landing delivery, "backfill" for a file read in place
         # by ``medallion backfill`` (its path under the folder it was read from: file_key)
@@ -94,9 +93,9 @@ def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
                 failed: Mapping[str, str], good: Mapping[str, int], bad: Mapping[str, int],
                 parquet: bool, notes: Mapping[str, str] | None = None
                 ) -> tuple[list[dict[str, Any]], BatchCounts]:
-    """The ledger rows of a batch's files (path -> size and modification time in ms), with
-    their rows in bronze (``good``) and in quarantine (``bad``); a file in ``failed`` was not
-    read (its reason is its error)."""
+    """The ledger rows of a batch's files (path -> size and modification time in ms), with their
+    rows in bronze (``good``) and quarantine (``bad``); a file in ``failed`` was not read (its
+    reason is its error)."""
     now = datetime.now(UTC).replace(tzinfo=None)
     rows = []
     for path, (size, modified_ms) in files.items():

@@ -8,8 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-# The columns of a stream feed's bronze table (and its quarantine) that say where each
-# record came from
+# The columns of a stream feed's bronze table (and quarantine) saying where a record came from
 TOPIC = "_topic"
 PARTITION = "_partition"
 OFFSET = "_offset"

@@ -64,8 +64,8 @@ __all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "
 
 # RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
 # (Spark's defaults cut such a row in two and keep the doubled quotes), a quoted empty field is
-# an empty string and an unquoted one is null (Spark's defaults read both as null: its null
-# text is the empty string, so another one that no field holds stands in for it).
+# an empty string and an unquoted one null (Spark's defaults read both as null: its null text is
+# the empty string, so a text no field holds stands in for it).
 NULL_TEXT = "\u0000null\u0000"
 CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"', "emptyValue": "",
                 "nullValue": NULL_TEXT}
@@ -106,8 +106,8 @@ class Records:
 
 
 class FeedReader:
-    """Reads a feed's files as its schema's columns, matched by name (see the module's text).
-    ``storage`` reads CSV headers."""
+    """Reads a feed's files as its schema's columns, matched by name; ``storage`` reads CSV
+    headers."""
 
     def __init__(self, spark: SparkSession, spec: BronzeTableSpec, storage: Storage) -> None:
         self.spark, self.spec, self.storage = spark, spec, storage
@@ -191,9 +191,8 @@ class FeedReader:
         if self.format is SourceFormat.PARQUET:
             return self._parquet(files, conformer)
         raw = _load(self._reader().format("text"), files)
-        # (a line over 1 KB is not taken for blank: trim would copy it; one of whitespace only is
-        # malformed, and quarantined)
-        # JSON's whitespace: space, tab, carriage return (the line feed ends the line)
+        # Blank lines (JSON's whitespace: space, tab, carriage return) are dropped; one over 1 KB
+        # is kept (trim would copy it), so one of whitespace only is malformed and quarantined.
         raw = raw.where((F.octet_length("value") > 1024)
                         | (F.btrim("value", F.lit(" \t\r")) != ""))
         # A byte order mark opens a file (or each of files joined): not part of the record.
@@ -211,8 +210,7 @@ class FeedReader:
 
     def parse_lines(self, lines: DataFrame, conformer: Conformer, options: Mapping[str, str]
                     ) -> DataFrame:
-        """A batch's JSON lines (``value``, ``_metadata``) as the reader's columns (see the
-        module's text)."""
+        """A batch's JSON lines (``value``, ``_metadata``) as the reader's columns."""
         parser = self._json_lines.get(conformer)
         if parser is None:
             parser = self._json_lines[conformer] = JsonLines(
@@ -413,9 +411,8 @@ def parse_json_lines(raw: DataFrame, conformer: Conformer, options: Mapping[str,
 
 
 class JsonLines:
-    """:func:`parse_json_lines` for one schema, its expressions built once: a feed read in
-    many small batches builds them once, not once per batch (hundreds of calls into the
-    session each time)."""
+    """:func:`parse_json_lines` for one schema, its expressions built once, not per batch (each
+    build is hundreds of calls into the session)."""
 
     def __init__(self, conformer: Conformer, options: Mapping[str, str],
                  max_record_bytes: int, carry: Sequence[str], *,

@@ -14,7 +14,7 @@ which the ledger is ahead of the files is the batch's own moves.
 After the query, :meth:`Reconciler.reconcile` settles what is left: the files whose move was
 refused, and what an earlier run left. The checkpoint keeps a mark (``reconciled/<batch>``) of
 the last batch whose files are all settled, so only when an earlier run left files behind is
-the ledger read for them. A file already moved is recognised at its target.
+the ledger read for them.
 
 Spark's own ``cleanSource`` is not used: it moves a batch's files only when the next batch
 starts, so the last batch's files stayed in landing until a reconcile after the query moved
@@ -53,11 +53,9 @@ MANIFESTS = "_manifests"
 def settle_file(storage: Storage, path: str, status: str, mode: CleanSource,
                 archive_dir: str, quarantine_dir: str) -> tuple[FileStatus, str | None] | None:
     """Move an ingested file to the archive (or delete it), or a failed one to the quarantine
-    folder; returns its new status and location, or None if it is not there (yet).
-
-    ``status`` is the file's ledger status: ``ingested`` or ``failed``, or what it will be once
-    settled. Safe to repeat: a file already moved is recognised at its target.
-    """
+    folder; its new status and location, or None if it is not there (yet). ``status`` is its
+    ledger status (``ingested``, ``failed``, or what it will be once settled). Safe to repeat:
+    a file already moved is recognised at its target."""
     archived_at = archive_target(archive_dir, path)
     if status in FAILED:
         target = archive_target(quarantine_dir, path)
@@ -217,11 +215,8 @@ def write_manifest(storage: Storage, archive_dir: str, files: list[str]) -> None
 def purge_archive(storage: Storage, archive_dir: str, older_than_ms: int, now_ms: int,
                   dry_run: bool = False) -> list[FileInfo]:
     """Delete the files archived more than ``older_than_ms`` before ``now_ms``; returns them
-    (all that would go, with ``dry_run``).
-
-    A file's age is from its archive manifest (see the module's text); a file no manifest
-    lists (archived before manifests were kept) is aged from its modification time.
-    """
+    (all that would go, with ``dry_run``). A file's age is from its archive manifest (see the
+    module's text), else (archived before manifests were kept) from its modification time."""
     if not storage.exists(archive_dir):
         return []
     prefix = local_path(f"{archive_dir.rstrip('/')}/{MANIFESTS}/")

@@ -55,9 +55,8 @@ READ_STATUSES = (FileStatus.INGESTED, FileStatus.ARCHIVED)
 
 
 def replayed(row: dict[str, Any], replay_slice: TimeSlice | None = None) -> bool:
-    """Whether a refresh reads the file of a ledger row again: it gave rows and is still
-    there to read (in landing, or archived), and was delivered in ``replay_slice`` (by its
-    modification time) when one is given."""
+    """Whether a refresh reads a ledger row's file again: it gave rows, is still there to read,
+    and was delivered (modified) in ``replay_slice`` when one is given."""
     if row["status"] not in READ_STATUSES or not row["location"] or not (row["rows"] or 0):
         return False
     # (the ledger's times are UTC, read back as naive datetimes)
@@ -95,11 +94,10 @@ class LedgerReread:
         return None
 
     def where(self, spark: SparkSession, table: Table, since: TimeSlice) -> str | None:
-        """The rows of the files delivered in ``since``, by batch and ``_source_file`` (a
-        file delivered again under its name is another batch's), in bronze and its
-        quarantine: one flat ``IN`` list of the pairs, as the ledger spells each file and as
-        the tables' rows do (rows written before ``_source_file`` took the ledger's form
-        spell it as Spark's URI)."""
+        """The rows of the files delivered in ``since``, by batch and ``_source_file`` (a file
+        delivered again under its name is another batch's), in bronze and its quarantine: one
+        flat ``IN`` list of the pairs, as the ledger spells each file and as the tables' rows do
+        (rows written before ``_source_file`` took the ledger's form spell it as Spark's URI)."""
         chosen = {(int(r["batch_id"]), r["path"]) for r in _replayed(spark, table, since)}
         if not chosen:
             return None
@@ -129,9 +127,7 @@ def _replayed(spark: SparkSession, table: Table,
 
 @dataclass(frozen=True)
 class ReplayedFiles:
-    """A refresh's batches: each batch of the ledger read again from where its files are now
-    (those delivered in ``replay_slice``), each row named as the first ingestion named it; the
-    batch's ledger partition replaced; nothing moved."""
+    """A refresh's batches (see the module's text), of the files delivered in ``replay_slice``."""
 
     batches: Mapping[int, list[dict[str, Any]]] = field(default_factory=dict)
     replay_slice: TimeSlice | None = None
@@ -199,8 +195,7 @@ class ReplayedFiles:
 
 
 class BronzeReplayJob(Job):
-    """The feed's batches read again from their files (see the module's text), by the feed's
-    file-batch writer."""
+    """The feed's batches read again by its file-batch writer (see the module's text)."""
 
     layer = Layer.BRONZE
 

@@ -60,10 +60,9 @@ JSON_ENCODINGS = ("UTF-8", "ISO-8859-1", "US-ASCII")
 
 
 class SchemaEvolution(StrEnum):
-    """What a change of a feed's shape does (Auto Loader's modes and meanings).
-
-    In every mode but ``failOnNewColumns``, a value that does not fit its column's type is
-    rescued: the column is null and the value, as written, is in the rescued column."""
+    """What a change of a feed's shape does (Auto Loader's modes and meanings). In every mode
+    but ``failOnNewColumns``, a value that does not fit its column's type is rescued: the column
+    is null and the value, as written, is in the rescued column."""
 
     ADD_NEW_COLUMNS = "addNewColumns"  # a new column is added to the table, from its batch on
     RESCUE = "rescue"  # the schema never changes: new columns go to the rescued column
@@ -210,13 +209,11 @@ class BronzeTableSpec(TableSpec):
 
 
 def overlap_reason(source_pattern: str, folder: str) -> str | None:
-    """Why files moved to ``folder`` could be read again from ``source_pattern``, if so.
-
-    A moved file keeps its full path below ``folder`` (Spark's archive layout). If ``folder``
-    lies inside the source pattern, the file stream source would list it as a new file, so
-    Spark refuses such an archive directory when the query starts; this check says so at
-    validation time instead. Spark also requires the folder to be at least two levels deep.
-    """
+    """Why files moved to ``folder`` could be read again from ``source_pattern``, if so. A
+    moved file keeps its full path below ``folder`` (Spark's archive layout): inside the source
+    pattern, the file stream source would list it as new, so Spark refuses such an archive
+    folder when the query starts; this says so at validation time. Spark also requires the
+    folder to be at least two levels deep."""
     src = [p for p in local_path(source_pattern).split("/") if p]
     dst = [p for p in local_path(folder).split("/") if p]
     src_scheme = source_pattern.split("://")[0] if "://" in source_pattern else ""

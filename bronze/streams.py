@@ -207,8 +207,8 @@ class StreamTableSpec(TableSpec):
 
 
 def kafka_package() -> str:
-    """The Maven coordinate of Spark's Kafka source (Kafka and Event Hubs feeds), matching the
-    installed pyspark; on Databricks the runtime has its own."""
+    """The Maven coordinate of Spark's Kafka source matching the installed pyspark (Databricks'
+    runtime has its own)."""
     import pyspark
 
     from framework.session import SCALA_VERSION

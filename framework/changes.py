@@ -3,14 +3,14 @@
 A table whose rows are changes to keys (:class:`KeyedChanges`) is written by a
 :class:`ChangeApplier`, micro-batch by micro-batch: silver's ``upsert:`` (SCD type 1, with or
 without removals) and ``scd2:`` (SCD type 2), the changes silver derives from full snapshots,
-and gold's aggregates in update mode (their windows by window and keys, with no sequence: a
-batch's row replaces its key's).
+and gold's aggregates in update mode (by window and keys, with no sequence: a batch's row
+replaces its key's).
 
-Each row of the source is an *event* of one key (the ``keys`` columns) at one ``sequence`` (the
-``sequence_by`` column: the order of the changes at the source, not their order of arrival):
+Each source row is an *event* of one key (the ``keys`` columns) at one ``sequence`` (the
+``sequence_by`` column: the order of the changes at the source, not of their arrival):
 
-- a **truncate** (the ``truncates`` condition holds) removes every key at its sequence: every
-  row of sequence at most its own, nothing newer; its key and values are ignored;
+- a **truncate** (the ``truncates`` condition holds) removes every key at its sequence (every
+  row of sequence at most its own, nothing newer); its key and values are ignored;
 - a **delete** (the ``deletes`` condition holds) removes its key at its sequence; its values are
   ignored;
 - any other row is an **upsert**: its values replace the key's.
@@ -20,53 +20,44 @@ at its sequence even when it arrives before what it removes (a *tombstone*): an 
 than a delete never brings its key back, whenever it arrives.
 
 An SCD1 table holds, per key, the row of its newest event when that is an upsert. An SCD2 table
-holds one row per *version* of a key, with four columns of its own:
-
-``__start_at``
-    the sequence of the event that opened the version;
-``__end_at``
-    the sequence of the event that closed it (a change of a tracked column, or a removal); null
-    while the version is current;
-``__is_current``
-    ``__end_at`` is null;
-``__deleted``
-    a delete or truncate closed the version.
+holds one row per *version* of a key, with four columns of its own: ``__start_at`` (the sequence
+of the event that opened the version), ``__end_at`` (of the event that closed it: a change of a
+tracked column, or a removal; null while current), ``__is_current`` (``__end_at`` is null) and
+``__deleted`` (a delete or truncate closed it).
 
 A version opens when a tracked column changes (``track_history``: those columns;
 ``track_history_except``: every column but those; neither: every column but the keys and the
 sequence). An upsert that changes only untracked columns updates the open version in place, so a
 version holds the untracked values of its newest event. A removal closes the open version and
-adds no row; the key's next upsert opens a new version. The ``sequence_by`` column itself is kept
-(the sequence of the version's newest event) but never tracked.
+adds no row; the key's next upsert opens a new one. The ``sequence_by`` column is kept (the
+sequence of the version's newest event) but never tracked.
 
-How a micro-batch is applied, so that the table depends only on the *set* of events seen, not on
-their order of arrival or on where batches were cut, and a replayed batch changes nothing:
+A micro-batch is applied so that the table depends only on the *set* of events seen, not on
+their order of arrival or where batches were cut, and a replayed batch changes nothing:
 
 1. Each row is classified (column ``_op``: upsert, delete or truncate); a removal's values are
    cleared, so a removal is its key and sequence alone.
 2. The events are merged into the table's change log, ``<table>_changes`` (a Delta table beside
    it): for SCD2 every distinct event, for SCD1 each key's newest event and the truncates.
    Merging an event the log already holds changes nothing.
-3. The keys the batch names (every key, when the batch holds a truncate) are recomputed from the
-   log: the version history of a key is a function of its events, so a late event lands at its
-   place (the versions around it are split and their ``__end_at`` corrected). In SCD2 a key
-   whose events in the batch are all newer than every event the log held of it (and than
-   every truncate) cannot change before its current version: it is folded forward from that
-   version alone, without its history, which is what a stream in order costs. Which keys are
-   is decided before the batch's events reach the log, so a replayed batch, whose events the
-   log holds already, recomputes every key it names.
+3. The keys the batch names (every key, when it holds a truncate) are recomputed from the log:
+   a key's version history is a function of its events, so a late event lands at its place
+   (the versions around it split and their ``__end_at`` corrected). In SCD2 a key whose events
+   in the batch are all newer than every event the log held of it (and than every truncate)
+   cannot change before its current version: it is folded forward from that version alone,
+   which is what a stream in order costs. This is decided before the batch's events reach the
+   log, so a replayed batch, whose events the log holds already, recomputes every key it names.
 4. One MERGE writes the difference between the recomputed rows and the table's rows of those
-   keys (inserted, updated, deleted): an empty difference for a batch already applied.
+   keys (inserted, updated, deleted): empty for a batch already applied.
 
 The log is what a late event needs: the table alone does not say what a split version held
 before the event (its untracked values are its newest event's), nor where tombstones lie.
-
-Without removals, versions or snapshots (a plain SCD1 upsert), no log is kept: the table is
-its own log, as it holds each key's newest event, and a batch is one MERGE of each key's newest
-row, which replaces the table's when its sequence is greater (without a sequence, always).
+Without removals, versions or snapshots (a plain SCD1 upsert) no log is kept: the table, holding
+each key's newest event, is its own log, and a batch is one MERGE of each key's newest row,
+which replaces the table's when its sequence is greater (without a sequence, always).
 
 A source of full snapshots (``snapshot_by`` in place of ``sequence_by``) has no events of its
-own: silver's :mod:`silver.snapshots` derives them in place of step 1 (an upsert of each key new or
+own: :mod:`silver.snapshots` derives them in place of step 1 (an upsert of each key new or
 changed in a snapshot, a delete of each key gone from it, at the snapshot's id), and its log
 keeps every event for SCD1 too (``every_event``: the state before a snapshot is read from the
 log's history). Steps 2 to 4 are the same.
@@ -174,14 +165,12 @@ class ChangeApplier:
     def apply(self, batch: DataFrame,
               append: Callable[[DataFrame, str], None] | None = None, *,
               truncated: bool = False) -> dict[str, int]:
-        """Apply ``batch`` (rows of the source, already typed and checked): returns MERGE's
-        figures on the table (rows inserted, updated, deleted; for SCD2 without a truncate,
-        how many keys were folded forward from their current version and how many recomputed
-        from their history, see :meth:`_versions_ahead`). ``append(df, location)``
-        appends the batch's rows to a table once (the job's commit tagged with the batch:
-        a replayed batch appends nothing twice). ``truncated``: the batch holds a truncate
-        (the job counts them with its other figures), so every key is recomputed. Without a
-        log (:meth:`_upsert`): MERGE's figures, and ``append`` is not used."""
+        """Apply ``batch`` (source rows, already typed and checked); returns MERGE's figures
+        on the table (and for SCD2 without a truncate, how many keys were folded forward and
+        how many recomputed, see :meth:`_versions_ahead`). ``append(df, location)`` appends
+        rows to a table once (the job's commit tagged with the batch). ``truncated``: the batch
+        holds a truncate (the job counts them), so every key is recomputed. Without a log
+        (:meth:`_upsert`) ``append`` is not used."""
         if self.log_location is None:
             return self._upsert(batch)
         assert append is not None
@@ -189,9 +178,7 @@ class ChangeApplier:
         # them can cost a shuffle, or a read of the log (a snapshot's).
         events = self.classify(batch).dropDuplicates().localCheckpoint(eager=True)
         spark = batch.sparkSession
-        # SCD2: which of the batch's keys have every event of the batch newer than all the log
-        # holds of them, read before the batch's events are added (a replayed batch, whose
-        # events the log holds already, has none).
+        # SCD2: which keys are ahead of the log, read before the batch's events are added.
         forward = self.scd2 and not truncated
         ahead, counts = self._ahead(events) if forward else (None, {})
         if not counts.get(False):
@@ -212,10 +199,9 @@ class ChangeApplier:
         return self._write_difference(table, rows, self._of_keys(table, keys))
 
     def _upsert(self, batch: DataFrame) -> dict[str, int]:
-        """Without a log: each key's newest row of the batch (the greatest sequence, a row
-        without one last), merged into the table where the key is new or its row older (or
-        without a sequence); without a sequence column, every row replaces its key's (the
-        batch holds one per key)."""
+        """Without a log: each key's newest row of the batch (a row without a sequence last),
+        merged where the key is new or its row older; without a sequence column, every row
+        replaces its key's (the batch holds one per key)."""
         on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in self.keys)
         newer = None
         rows = batch
@@ -225,8 +211,7 @@ class ChangeApplier:
                 .drop("_rank")
             seq = quote(self.seq)
             newer = f"s.{seq} > t.{seq} OR t.{seq} IS NULL"
-        # MERGE may read its source twice: the batch's computation (a stateful one, say) runs
-        # once
+        # MERGE may read its source twice: the batch's computation (a stateful one, say) runs once
         source = rows.drop(*self.changes.except_columns).persist()
         try:
             return merge(source, self.location, on, update_when=newer)
@@ -295,8 +280,7 @@ class ChangeApplier:
                                                "left_semi")
 
     def _latest(self, log: DataFrame, keys: DataFrame | None) -> DataFrame:
-        """SCD1: each key's row, when its newest event is an upsert newer than every
-        truncate."""
+        """SCD1: each key's row, when its newest event is an upsert newer than every truncate."""
         rows = self._of_keys(log.where(F.col(OP) != ChangeOp.TRUNCATE.value), keys)
         if self.every_event:  # a key's newest event: a removal wins a tie, then (a
             # contradiction at the source) the greatest values by their JSON text, as SCD2's
@@ -362,15 +346,14 @@ class ChangeApplier:
         )
 
     def _ahead(self, events: DataFrame) -> tuple[DataFrame | None, dict[bool, int]]:
-        """The batch's keys (of ``events``, with no truncate), with ``_ahead``: every event of
-        the batch is newer than every event the log holds of the key and than every truncate
-        in it; None when every key is. Computed now, eagerly: the log is about to take the
-        batch's events. With how many keys are ahead (True) and how many not (False)."""
+        """The batch's keys (no truncate in ``events``), with ``_ahead``: every event of the
+        batch is newer than all the log holds of the key and than every truncate; None when
+        every key is. Computed eagerly, as the log is about to take the batch's events. With
+        how many keys are ahead (True) and how many not (False)."""
         log = read_table(events.sparkSession, self.logged_at)
         batch = events.groupBy(*self.keys).agg(F.min(self.seq).alias("_first_seq"))
         # A batch entirely newer than the log (a stream in order): every key is ahead, which
-        # the log's newest sequence tells without reading the log by key (from its files'
-        # statistics), in the job that counts the batch's keys.
+        # the log's newest sequence tells from its files' statistics, without reading it by key.
         newest = log.agg(F.max(self.seq).alias("_known"))
         first = events.agg(F.min(self.seq).alias("_first_seq"),
                            F.count_distinct(F.struct(*self.keys)).alias("_keys"))
@@ -401,14 +384,11 @@ class ChangeApplier:
                         ) -> tuple[DataFrame | None, DataFrame | None, DataFrame]:
         """SCD2 without a truncate in the batch: the versions recomputed from the log and the
         table's rows they replace (None, None when no key needs it), and the versions folded
-        forward. A key whose events in the batch are all newer than the log's (``ahead``: a
-        stream in order) changes from its newest version on, and only that is folded: its
-        current version (as two upserts: its start, and its newest event), then the batch's
-        events. Each folded version is new or changes the current one (every event is newer
-        than it: it moves its sequence, or closes it), and the table's other versions of the
-        key cannot change: they are written as they are, with no comparison with the table.
-        Any other key is recomputed from the whole of its history in the log. (``ahead`` None:
-        every key is ahead.)"""
+        forward. A key ``ahead`` (a stream in order) changes from its current version on, so only
+        that is folded: the current version (as two upserts: its start and its newest event), then
+        the batch's events. Each folded version is new or changes the current one, and the key's
+        other versions cannot change: they are written as they are, without comparison. Any other
+        key is recomputed from its whole history in the log (``ahead`` None: every key is ahead)."""
         if ahead is None:
             forward = F.broadcast(events.select(*self.keys))
             batch = events
@@ -453,11 +433,11 @@ class ChangeApplier:
         if upserts is not None:
             parts.append(upserts.select(*columns, F.lit("upsert").alias(_ACTION)))
         diff = reduce(DataFrame.unionByName, parts)
-        # The difference (which reads the table and the log) computed once, eagerly, into the
+        # The difference (reading the table and the log) computed once, eagerly, into the
         # executors' storage: MERGE reads its source more than once, and plans over these rows
-        # instead of the recomputation's plan, which took it longer to plan than to run. Should
-        # an executor holding them be lost, the MERGE fails and the batch is run again, which
-        # recomputes the same difference (a batch's application is idempotent).
+        # instead of the recomputation's plan, which took longer to plan than to run. Should an
+        # executor holding them be lost, the MERGE fails and the rerun batch recomputes the same
+        # difference (a batch's application is idempotent).
         diff = diff.localCheckpoint(eager=True)
         on_sql = " AND ".join(f"t.{quote(c)} <=> s.{quote(c)}" for c in match)
         assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in rest)
@@ -473,8 +453,7 @@ class ChangeApplier:
 
     def _difference(self, rows: DataFrame, current: DataFrame, match: list[str],
                     rest: list[str]) -> DataFrame:
-        """The rows to insert, update and delete (column ``_action``) to make ``current``
-        equal ``rows``."""
+        """The rows to insert, update, delete (column ``_action``) making ``current`` ``rows``."""
         columns = current.columns
         new, old = rows.alias("n"), current.alias("o")
         same = F.struct(*[F.col(f"n.{c}") for c in rest]).eqNullSafe(

@@ -3,11 +3,10 @@ talks to when it is not Databricks' (the tests, ``bench/connect_overhead.py``, a
 trying the connect runtime without a cluster).
 
 pyspark ships the server (``jars/spark-connect_2.13-<version>.jar``) but no start script, so
-``spark-submit`` starts its class directly. The server is a driver like a local session's:
-the same settings (:func:`framework.session.local_settings`: Delta, the catalog and Derby
-metastore under the lake's root, the quiet log), Delta's and the layers' jars from the cache the
-setup filled, and this Python for the work it runs in Python (foreachBatch functions).
-It listens on a loopback address only::
+``spark-submit`` starts its class directly. The server is a driver like a local session's: the
+same settings (:func:`framework.session.local_settings`: Delta, the catalog and Derby metastore
+under the lake's root, the quiet log), Delta's and the layers' jars from the setup's cache, and
+this Python for its Python work (foreachBatch functions). It listens on a loopback address only::
 
     python -m framework.connect_server --root lakehouse --port 15002
     # then: SPARK_REMOTE=sc://localhost:15002, or remote: in the environment

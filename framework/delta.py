@@ -3,25 +3,11 @@ this module (in the spirit of delta-spark's ``tables.py``).
 
 Everything here is Spark SQL or the DataFrame API, so that a classic session and a Spark
 Connect one run it alike: delta-spark's Python ``DeltaTable`` needs Delta's Connect plugin on
-the server, which Spark Connect servers do not have by default. A table is given by its
-location; where a parameter is called ``table``, by its catalog name
-(``catalog.schema.table``) as well.
-
-- Tables: :func:`create_table`, :func:`is_delta_table`, :func:`detail`,
-  :func:`add_columns`, :func:`add_missing_columns`, :func:`widen_columns`,
-  :func:`clear_unfinished_create`, :func:`optimize`.
-- Reads: :func:`read_table` (by location, at a version), :func:`change_feed`, :func:`version_rows`.
-- Writes: :func:`append` (tagged with a writer's batch: idempotent with :func:`batch_commit`
-  and :class:`BatchCommits`), :func:`overwrite`, :func:`replace_rows` (``replaceWhere``),
-  :func:`delete_rows`, :func:`merge`, :func:`merge_clauses`.
-- History: :func:`history`, :func:`latest_commit` (the current version),
-  :func:`batch_commit`.
-- Properties: :func:`table_properties`, :func:`set_properties`, :func:`unset_properties`,
-  :func:`change_feed_enabled`.
-- Small tables and SQL text: :func:`literal_rows`, :func:`schema_ddl`, :func:`sql_string`.
-
-The streaming source and sink of a table (``readStream``/``writeStream``) stay with the job
-that runs the query (:mod:`framework.job`).
+the server, which Spark Connect servers lack by default. A table is given by its location;
+where a parameter is called ``table``, by its catalog name (``catalog.schema.table``) as well.
+Appends are tagged with a writer's batch (:func:`append`) and so idempotent with
+:func:`batch_commit` and :class:`BatchCommits`. A table's streaming source and sink
+(``readStream``/``writeStream``) stay with the job that runs the query (:mod:`framework.job`).
 """
 
 from __future__ import annotations
@@ -41,8 +27,8 @@ from framework.identifiers import quote, quote_all, quote_name, quote_path
 from framework.logging import get_logger
 
 # Table property: record the change data feed. For an append-only table this costs nothing on
-# write (the rows a commit inserted are its added files); it lets a batch's rows be read back
-# from its own commit.
+# write (a commit's inserted rows are its added files); a batch's rows can be read back from its
+# own commit.
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
@@ -51,11 +37,11 @@ def literal_rows(spark: SparkSession, rows: Sequence[Sequence[Any]],
     """``rows`` as a DataFrame of ``schema``, built in the JVM from one JSON literal.
 
     ``createDataFrame`` on a Python list makes a Python RDD, and every action on it starts
-    Python workers to hand the rows over, seconds on a busy machine for a few rows. A literal
-    per value is no better for more than a few rows: Spark analyses and optimises a plan that
-    grows with them (about 13 s for 200 rows of 12 columns). One JSON text parsed with the
-    schema (``from_json``) costs the same for any number of rows. Small tables the framework
-    writes itself (the file ledger) are made this way."""
+    Python workers to hand the rows over: seconds on a busy machine for a few rows. A literal
+    per value is no better beyond a few rows: Spark analyses and optimises a plan that grows
+    with them (about 13 s for 200 rows of 12 columns). One JSON text parsed with the schema
+    (``from_json``) costs the same for any number of rows; the framework's own small tables
+    (the file ledger) are made this way."""
     payload = json.dumps([dict(zip(schema.names, map(_json_value, row), strict=True))
                           for row in rows])
     # FAILFAST: a value that does not fit its column fails the action, not a null row.
@@ -118,16 +104,14 @@ def create_table(
     rebuild: bool = False,
 ) -> bool:
     """Create a Delta catalog table at ``location`` unless it exists (idempotent); True when
-    it was created now.
+    created now.
 
-    ``rebuild``: the table is being rebuilt by ``medallion refresh``, which emptied it: if its
-    columns or partitioning are not those asked (the spec changed them), it is made again
-    with them (``CREATE OR REPLACE``, which keeps its Delta history); a table that holds rows
-    is never replaced.
-
-    ``name`` is a validated ``catalog.schema.table``; SQL is used because Delta's builder API
-    does not take catalog-qualified names. The catalog is asked first: ``CREATE TABLE IF NOT
-    EXISTS`` on an existing Delta table still loads its log, which costs far more.
+    ``rebuild``: ``medallion refresh`` emptied the table to rebuild it: if its columns or
+    partitioning are not those asked (the spec changed them), it is made again (``CREATE OR
+    REPLACE``, which keeps its Delta history); a table holding rows is never replaced.
+    ``name`` is a validated ``catalog.schema.table``; SQL, as Delta's builder API does not take
+    catalog-qualified names. The catalog is asked first: ``CREATE TABLE IF NOT EXISTS`` on an
+    existing Delta table still loads its log, which costs far more.
     """
     replace = rebuild and is_delta_table(spark, location) \
         and _other_layout(spark, location, schema, partition_by, cluster_by) \
@@ -188,16 +172,15 @@ def add_missing_columns(spark: SparkSession, location: str, schema: StructType) 
 
 
 def add_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
-    """Add ``fields`` to the Delta table at ``location``, nullable, at the end (none: no
-    commit)."""
+    """Add ``fields`` to the Delta table at ``location``, nullable, at the end (none: no commit)."""
     if fields:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
 
 
 def widen_columns(spark: SparkSession, location: str, fields: Sequence[StructField]) -> None:
-    """Change the type of each of ``fields`` in the Delta table at ``location`` to the field's
-    (a widening: the table needs ``delta.enableTypeWidening``), one commit each."""
+    """Change each of ``fields``' type in the Delta table at ``location`` to the field's (a
+    widening: the table needs ``delta.enableTypeWidening``), one commit each."""
     for f in fields:
         spark.sql(f"ALTER TABLE {quote_path(location)} ALTER COLUMN {quote(f.name)} "
                   f"TYPE {f.dataType.simpleString()}")
@@ -253,8 +236,7 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
 def append(df: DataFrame, location: str, writer_id: str | None = None,
            batch_id: int | None = None) -> None:
     """Append ``df`` to the Delta table at ``location`` in one commit; with ``writer_id``,
-    tagged ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit`
-    finds it.
+    tagged ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit` finds it.
 
     Delta's idempotent-write options (``txnAppId``/``txnVersion``) are not used: in Delta 4.4
     their lookup rebuilds the table's state from its log on every append. A writer that may
@@ -276,9 +258,9 @@ def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = Non
     """Replace the rows matching ``where`` in the Delta table at ``location`` with ``df``, in
     one commit (``replaceWhere``); every row of ``df`` must match ``where``.
 
-    On a predicate over the table's partition columns Delta drops the matching files without
-    reading them, which makes this the cheapest update of a whole partition: a MERGE of the
-    same rows scans the table for matches and rewrites what it touched, a dozen Spark jobs."""
+    On a predicate over the partition columns Delta drops the matching files unread: the
+    cheapest update of a whole partition, where a MERGE of the same rows scans the table for
+    matches and rewrites what it touched, a dozen Spark jobs."""
     writer = df.write.format("delta").mode("overwrite").option("replaceWhere", where)
     if tag:  # (a writer's batch, as append tags it: batch_commit finds it)
         writer = writer.option("userMetadata", tag)
@@ -286,8 +268,7 @@ def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = Non
 
 
 def delete_rows(spark: SparkSession, location: str, where: str | None = None) -> None:
-    """Delete the rows matching ``where`` (None: all of them) from the Delta table at
-    ``location``, in one commit."""
+    """Delete the rows matching ``where`` (None: all) from the Delta table at ``location``."""
     spark.sql(f"DELETE FROM {quote_path(location)}" + (f" WHERE {where}" if where else ""))
 
 
@@ -298,8 +279,7 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
 
     A writer's batches commit in order, so the history is read from the newest commit back only
     until this batch's commit, or one of an earlier batch of the same writer, shows up: a page
-    for a batch just written, more only when other writers committed since.
-    """
+    for a batch just written, more only when other writers committed since."""
     limit = page
     while True:
         rows = history(spark, location, limit).select("version", "userMetadata").collect()
@@ -313,14 +293,13 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
 
 
 class BatchCommits:
-    """The appends of one foreachBatch writer, a commit per table and micro-batch, each
-    tagged with the writer and batch (:func:`append`) so that a restart finds it again.
+    """The appends of one foreachBatch writer, a commit per table and micro-batch, each tagged
+    with the writer and batch (:func:`append`) so that a restart finds it again.
 
     ``writer_id`` is the streaming query's id, kept in its checkpoint: it names the writer
     across restarts and changes when the checkpoint is reset, so a new history is never
     skipped. ``replayable`` holds the batches the checkpoint had planned but not committed
-    when the run started: only these can have been written, wholly or in part, before.
-    """
+    when the run started: only these can have been written, wholly or in part, before."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -329,21 +308,18 @@ class BatchCommits:
         self._versions: dict[tuple[str, int], int] = {}
 
     def written_before(self, location: str, batch_id: int) -> bool:
-        """Whether this batch was appended to the Delta table at ``location`` before a
-        restart.
+        """Whether this batch was appended to the Delta table at ``location`` before a restart.
 
-        Only a replayable batch can have been: the source plans each batch once, in order,
-        and a batch fails the query rather than being retried within it. Such a batch's
-        earlier append is found by its commit's tag. Every other batch is appended without
-        asking, which spares Delta the rebuild of the table's state that its own idempotent
-        writes (``txnAppId``) cost on every append.
-        """
+        Only a replayable batch can have been (the source plans each batch once, in order, and a
+        failed batch fails the query rather than being retried in it); its earlier append is found
+        by its commit's tag. Every other batch is appended without asking, which spares the rebuild
+        of the table's state that Delta's idempotent writes (``txnAppId``) cost on every append."""
         return batch_id in self.replayable and self.version(location, batch_id) is not None
 
     def version(self, location: str, batch_id: int) -> int | None:
-        """The version of this writer's commit of ``batch_id`` in the Delta table at
-        ``location`` (:func:`batch_commit`), None while there is none; a version found is
-        kept, so a batch asks the table's history once."""
+        """The version of this writer's commit of ``batch_id`` at ``location``
+        (:func:`batch_commit`), None while there is none; one found is kept, so a batch asks
+        the table's history once."""
         key = (location, batch_id)
         if key not in self._versions:
             version = batch_commit(self.spark, location, self._writer(), batch_id)
@@ -354,9 +330,8 @@ class BatchCommits:
 
     def append(self, df: DataFrame, location: str, batch_id: int, *,
                checked: bool = False) -> None:
-        """Append ``df`` to the Delta table at ``location`` as this batch's one commit,
-        unless the batch was appended before a restart (``checked``: the caller already
-        asked :meth:`written_before`)."""
+        """Append ``df`` at ``location`` as this batch's one commit, unless it was appended
+        before a restart (``checked``: the caller already asked :meth:`written_before`)."""
         if not checked and self.written_before(location, batch_id):
             return
         append(df, location, self._writer(), batch_id)
@@ -368,10 +343,10 @@ class BatchCommits:
 
 
 def is_delta_table(spark: SparkSession, location: str) -> bool:
-    """Whether a Delta table is at ``location``: a ``_delta_log`` folder there (the store's
-    own check: a missing path or a folder of plain files is no table), whose schema Delta can
-    read (an empty log, left by a create cut short, is none). Spark SQL and the lake's
-    store, so a classic session and a Spark Connect one alike."""
+    """Whether a Delta table is at ``location``: a ``_delta_log`` folder there (the store's own
+    check: a missing path or a folder of plain files is none) whose schema Delta can read (an
+    empty log, left by a create cut short, is none). Spark SQL and the lake's store, so a
+    classic session and a Spark Connect one alike."""
     from framework.errors import StorageError
     from framework.storage import storage_for
 
@@ -392,10 +367,9 @@ def is_delta_table(spark: SparkSession, location: str) -> bool:
 
 def merge(source: DataFrame, location: str, on: str, *, update_when: str | None = None
           ) -> dict[str, int]:
-    """``MERGE INTO`` the Delta table at ``location`` the rows of ``source`` (aliased ``s``;
-    the table is ``t``): a match on ``on`` updates every column (when ``update_when`` holds,
-    if given), a row without one is inserted. Returns MERGE's figures (see
-    :func:`merge_clauses`)."""
+    """``MERGE INTO`` the Delta table at ``location`` (``t``) the rows of ``source`` (``s``): a
+    match on ``on`` updates every column (when ``update_when`` holds, if given), a row without
+    one is inserted. Returns MERGE's figures (see :func:`merge_clauses`)."""
     matched = f"WHEN MATCHED AND ({update_when}) THEN UPDATE SET *" if update_when \
         else "WHEN MATCHED THEN UPDATE SET *"
     return merge_clauses(source, location, on, [matched, "WHEN NOT MATCHED THEN INSERT *"])
@@ -403,11 +377,10 @@ def merge(source: DataFrame, location: str, on: str, *, update_when: str | None 
 
 def merge_clauses(source: DataFrame, location: str, on: str, clauses: Sequence[str]
                   ) -> dict[str, int]:
-    """``MERGE INTO`` the Delta table at ``location`` (aliased ``t``) ``USING`` the rows of
-    ``source`` (aliased ``s``) ``ON`` ``on`` with ``clauses`` (``WHEN MATCHED ...``). Run in
-    ``source``'s own session (a micro-batch's, in foreachBatch); returns MERGE's figures
-    (``num_inserted_rows``, ``num_updated_rows``...). Spark SQL, so a Spark Connect session
-    runs it as a classic one does."""
+    """``MERGE INTO`` the Delta table at ``location`` (aliased ``t``) ``USING`` ``source``
+    (aliased ``s``) ``ON`` ``on`` with ``clauses`` (``WHEN MATCHED ...``), in ``source``'s own
+    session (a micro-batch's, in foreachBatch); returns MERGE's figures
+    (``num_inserted_rows``, ``num_updated_rows``...). Spark SQL, so Spark Connect runs it too."""
     statement = (f"MERGE INTO {quote_path(location)} AS t USING <source> AS s ON {on} "
                  + " ".join(clauses))
     # The text is a template whose {source} Spark fills with the DataFrame: braces of the
@@ -424,8 +397,7 @@ def change_feed_enabled(spark: SparkSession, location: str) -> bool:
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
-    """The properties of a Delta table (``SHOW TBLPROPERTIES`` reads the log's metadata
-    only)."""
+    """The properties of a Delta table (``SHOW TBLPROPERTIES`` reads the log's metadata only)."""
     rows = spark.sql(f"SHOW TBLPROPERTIES {_sql_table(table)}").collect()
     return {r["key"]: r["value"] for r in rows}
 
@@ -454,10 +426,10 @@ def read_table(spark: SparkSession, location: str, *, version: int | None = None
 
 
 def change_feed(spark: SparkSession, location: str, start: int, end: int) -> DataFrame:
-    """The rows that the commits ``start`` to ``end`` (both included) of the Delta table at
+    """The rows the commits ``start`` to ``end`` (both included) of the Delta table at
     ``location`` inserted, updated and deleted, from its change data feed (``_change_type``,
-    ``_commit_version``...). Reading it fails (``AnalysisException``) when a commit in the
-    range recorded none, or changed the schema."""
+    ``_commit_version``...). Fails (``AnalysisException``) when a commit in the range recorded
+    none, or changed the schema."""
     return (spark.read.format("delta").option("readChangeFeed", "true")
             .option("startingVersion", start).option("endingVersion", end).load(location))
 
@@ -478,15 +450,13 @@ class Commit:
 
 
 def history(spark: SparkSession, table: str, limit: int | None = None) -> DataFrame:
-    """The table's history (``DESCRIBE HISTORY``), newest commit first; with ``limit``, the
-    newest so many commits only."""
+    """The table's history (``DESCRIBE HISTORY``), newest commit first (``limit``: so many)."""
     text = f"DESCRIBE HISTORY {_sql_table(table)}"
     return spark.sql(text if limit is None else f"{text} LIMIT {int(limit)}")
 
 
 def latest_commit(spark: SparkSession, table: str) -> Commit | None:
-    """The newest commit of a Delta table, whose version is the table's current one (None:
-    its history holds none)."""
+    """The newest commit of a Delta table, at its current version (None: no history)."""
     row = history(spark, table, 1).select("version", "timestamp").first()
     return Commit(int(row["version"]), row["timestamp"]) if row is not None else None
 

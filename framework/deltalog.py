@@ -1,19 +1,17 @@
 """A Delta table's state as its log says it, without a JVM: version, last commit, rows.
 
-``medallion status`` reads this for every table of a lake on a local disk or on ADLS, so that
-it answers in a second or two instead of starting Spark (a JVM, Delta, the catalog) for what
-the log already holds. The log is read by ``deltalake`` (delta-rs), a maintained reader of the
-Delta protocol, not by parsing ``_delta_log`` here: it replays checkpoints and commits the way
-Delta does, and it reaches ADLS through its own object store with the environment's
-credentials.
+``medallion status`` reads this for every table of a lake on a local disk or on ADLS, answering
+in a second or two instead of starting Spark (a JVM, Delta, the catalog) for what the log
+already holds. The log is read by ``deltalake`` (delta-rs), a maintained reader of the Delta
+protocol, not parsed here: it replays checkpoints and commits the way Delta does, and reaches
+ADLS through its own object store with the environment's credentials.
 
-Rows are the sum of the ``numRecords`` statistic of the table's live files, which Delta writes
-with every file (Spark's count of a Delta table answers from the same statistics). A file
-written without statistics (``spark.databricks.delta.stats.collect=false``) leaves the count
-unknown (None), never a smaller number; a file with a deletion vector counts its rows less the
-rows the vector deletes. (``DeltaTable.count()`` would add up the files that have a count and
-skip the others: a smaller number, not an unknown one.) A table whose columns are not indexed
-for skipping (``delta.dataSkippingNumIndexedCols = 0``) still has its row counts.
+Rows are the sum of the ``numRecords`` statistic Delta writes with each of the table's live
+files (Spark's count of a Delta table answers from the same statistics). A file written without
+statistics (``spark.databricks.delta.stats.collect=false``) leaves the count unknown (None),
+never smaller (``DeltaTable.count()`` would skip such files: a smaller number); a file with a
+deletion vector counts its rows less those the vector deletes. A table whose columns are not
+indexed for skipping (``delta.dataSkippingNumIndexedCols = 0``) still has its row counts.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ def readable(env: Environment) -> bool:
 def read_state(location: str, env: Environment) -> LogState | None:
     """The state of the Delta table at ``location``; None when there is none (no
     ``_delta_log``). A log that cannot be read (refused, unreachable, a protocol feature the
-    reader does not know) is a :class:`StorageError` naming the table's location."""
+    reader does not know) is a :class:`StorageError` naming the location."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -74,8 +72,7 @@ def read_state(location: str, env: Environment) -> LogState | None:
 
 
 def log_version(location: str, env: Environment) -> int | None:
-    """The current version of the Delta table at ``location`` (None: no table there): what a
-    run needs to tell whether a table changed."""
+    """The current version of the Delta table at ``location`` (None: no table there)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -153,9 +150,8 @@ def _rows(table: DeltaTable) -> int | None:
 
 
 def _deleted(table: DeltaTable) -> int:
-    """The rows the live files' deletion vectors delete (the add actions' ``numRecords``
-    counts them): the rows each vector marks, read only for a table whose protocol allows
-    deletion vectors."""
+    """The rows the live files' deletion vectors delete (counted in the add actions'
+    ``numRecords``), read only for a table whose protocol allows deletion vectors."""
     if "deletionVectors" not in (table.protocol().reader_features or []):
         return 0
     vectors: Any = table.deletion_vectors().read_all()

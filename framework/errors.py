@@ -14,9 +14,8 @@ from framework.redaction import redact
 
 class MedallionError(Exception):
     """Raised for any failure the framework detects; the root of every error in the package.
-
-    Its text is redacted (:func:`framework.redaction.redact`): a message that quotes a
-    connection string or a resolved secret never shows it, wherever it is printed."""
+    Its text is redacted (:func:`framework.redaction.redact`): a message quoting a connection
+    string or a resolved secret never shows it, wherever it is printed."""
 
     def __str__(self) -> str:
         return redact(super().__str__())
@@ -114,11 +113,9 @@ class DeltaNotAvailableError(SessionError):
 
 
 class JobError(MedallionError):
-    """Raised when a job step fails; names the table and the step, chained from the cause.
-
-    An exception given as the cause is quoted by its first line: Spark's errors carry the
-    plan and the JVM's stack after it (kept in the chained cause, for a debugger or a log at
-    debug level)."""
+    """Raised when a job step fails; names the table and the step, chained from the cause, which
+    is quoted by its :func:`first_line` (the rest is kept in the chained cause, for a debugger
+    or a log at debug level)."""
 
     def __init__(self, table: str, step: str, cause: BaseException | str) -> None:
         self.table = table
@@ -153,14 +150,13 @@ class BatchFailedError(JobError):
 
 class SchemaChangeError(BatchFailedError):
     """Raised when a feed's file holds a column, or a value of a type, that its schema lacks,
-    and the feed's ``schema_evolution`` is ``failOnNewColumns``: nothing of the batch is
-    written, and the next run reads it again from the start."""
+    and its ``schema_evolution`` is ``failOnNewColumns``: nothing of the batch is written, and
+    the next run reads it again from the start."""
 
 
 class TableModeError(JobError):
     """Raised when a table's rows were written in another mode than its spec now asks (SCD type
-    2 versions or not, with a change log or without): they cannot be carried on, and the table
-    must be rebuilt from its source."""
+    2 or not, with a change log or not): they cannot be carried on; the table must be rebuilt."""
 
 
 class StorageError(MedallionError):

@@ -1,10 +1,9 @@
 """Event time across layers: what keeps a watermark in delivery order.
 
 A feed is a backlog delivered in order: bronze's file source takes landing files by their
-modification time, so each bronze micro-batch, and so each bronze commit, is a contiguous run
-of the delivered files. A downstream query with a watermark (silver's deduplication, gold's
-windows) keeps the guarantee below as long as each of its micro-batches reads whole upstream
-commits, in order:
+modification time, so each bronze micro-batch, and so each bronze commit, is a contiguous run of the
+delivered files. A downstream query with a watermark (silver's deduplication, gold's windows) keeps
+the guarantee below as long as each of its micro-batches reads whole upstream commits, in order:
 
 1. no row that was on time in delivery order is dropped;
 2. every row dropped as late was behind the watermark computed from the rows delivered before
@@ -12,14 +11,14 @@ commits, in order:
    rows delivered earlier);
 3. every row dropped as a duplicate duplicates a row that was kept.
 
-A late row that arrives in the same micro-batch as the rows it is late against is kept.
+A late row arriving in the same micro-batch as the rows it is late against is kept.
 
-Delta's streaming source admits a commit's files one at a time up to its limits (1000 files
-by default, or ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``); only commits that carry
-change-data files or deletion vectors are admitted whole. An append commit of several files
-(bronze writes one per task) can therefore be split across micro-batches, and the watermark
-then advances on the part read first. So queries with a watermark read without a limit:
-every micro-batch takes every commit available when it starts (:data:`ALL_AVAILABLE`).
+Delta's streaming source admits a commit's files one at a time up to its limits (1000 files by
+default, or ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``); only commits carrying change-data
+files or deletion vectors are admitted whole. An append commit of several files (bronze writes
+one per task) can thus be split across micro-batches, the watermark advancing on the part read
+first. So queries with a watermark read without a limit: every micro-batch takes every commit
+available when it starts (:data:`ALL_AVAILABLE`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ The plugin gives:
 - ``spec``: the pydantic model of the layer's table specs (``conf/tables/<layer>/*.yaml``), or,
   for a layer with several kinds of table, :class:`Kinds`: a model per value of the layer's
   kind Enum, chosen by the spec's ``kind`` key (or another, ``source.format`` say);
-- ``job``: the job class that runs a table, from its spec (a layer with several kinds of table
-  chooses by the spec's kind);
+- ``job``: the job class that runs a table, from its spec (chosen by kind where there are several);
 - ``planner``: how ``medallion validate`` derives a table's schema from its inputs' (optional);
 - ``commands``: the layer's own ``medallion`` sub-commands (optional);
 - ``backlog``: whether input waits in a table's own source, read without Spark (optional: a
@@ -21,14 +20,14 @@ The plugin gives:
   when only Spark can tell (a log of records' offsets), and the table then always runs;
 - ``offsets``: how ``medallion status`` reads the offsets a table reached in its log of records
   (:data:`Offsets`; optional, and None for a table without them);
-- ``reread``: how ``medallion refresh`` reads again the inputs of a table rebuilt by
+- ``reread``: how ``medallion refresh`` rereads the inputs of a table rebuilt by
   ``RebuildMethod.REREAD`` (:class:`Reread`; optional);
 - ``packages``: the Maven coordinates of the jars the layer's jobs need besides Delta's (a
   source's connector, say), which every session starts with (optional).
 
 The framework imports no layer package by name: it finds the plugins through the entry points,
 on first use. A plugin's module imports no Spark; its job classes and planner are imported when
-they are asked for.
+asked for.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Evidence of partition pruning for a query: what the plan holds and what the scans read.
 
 ``explain_pruning(spark, query)`` runs the query (a DataFrame or SQL text) without bringing its
-rows to the driver, then walks the executed physical plan (through adaptive query stages) to
-each file scan, and reports:
-
-- whether the plan holds a dynamic pruning expression (``dynamicpruningexpression``), overall
-  and per scan;
-- per scan, the partitions and files it read (the scan's SQL metrics ``numPartitions`` and
-  ``numFiles``) against the table's totals (its file index, listed without filters).
+rows to the driver, walks the executed physical plan (through adaptive query stages) to each
+file scan, and reports whether the plan holds a dynamic pruning expression
+(``dynamicpruningexpression``), overall and per scan, and per scan the partitions and files it
+read (its SQL metrics ``numPartitions`` and ``numFiles``) against the table's totals (its file
+index, listed without filters).
 
     >>> evidence = explain_pruning(spark, "SELECT ... FROM gold.sales f JOIN silver.stores d "
     ...                                   "ON f.store_id = d.store_id WHERE d.region = 'north'")
@@ -89,10 +87,9 @@ def explain_pruning(spark: SparkSession, query: DataFrame | str,
 
 def _connect_evidence(spark: SparkSession, df: DataFrame, run: bool) -> PruningEvidence:
     """The evidence on a Spark Connect session: the scans' metrics from the executed plan
-    (``DataFrame.executionInfo``, which ``run`` fills by collecting the rows to the client:
-    the one action whose info keeps them), the pruning filters from the plan's text, the
-    totals from each Delta table's own figures (``DESCRIBE DETAIL``, and its distinct
-    partition values)."""
+    (``DataFrame.executionInfo``, filled by ``run`` collecting the rows to the client: the one
+    action whose info keeps them), the pruning filters from the plan's text, the totals from
+    each Delta table's own figures (``DESCRIBE DETAIL``, and its distinct partition values)."""
     connect: Any = df  # a Spark Connect DataFrame: executionInfo, _explain_string
     if run or connect.executionInfo is None:
         # (a write to Spark's noop sink keeps the rows on the server, but its execution info

@@ -1,8 +1,6 @@
 """What is masked in log events: secret-looking keys, known secret formats, and every secret
-value the framework resolved (:func:`register_secret`).
-
-The one place both configuration (which resolves secrets) and logging (which masks them) rely
-on; it imports neither.
+value the framework resolved (:func:`register_secret`). The one place both configuration (which
+resolves secrets) and logging (which masks them) rely on; it imports neither.
 """
 
 from __future__ import annotations
@@ -47,12 +45,12 @@ SPARK_REDACTION_REGEX = (
     r"private[._-]?key|AccountKey="
 )
 #: Parts of the strings Spark produces (query plans, ``EXPLAIN``) that are secrets: the known
-#: formats above. Spark scans the text of every query's plan with it, again at each adaptive
-#: re-planning, trying the pattern at each position of often long text. The lookahead lets a
-#: position through only if its first two characters can begin one of the formats (the first
-#: two of each are in its two classes): most are refused by two character classes instead of
-#: one try of each format, and the scan takes a twelfth of the time (bench/plan_redaction.py:
-#: 1.04 ms against 0.08 ms per plan of about 15,000 characters). What matches is unchanged.
+#: formats above. Spark scans every query plan's text with it, again at each adaptive re-planning,
+#: trying the pattern at each position of often long text. The lookahead lets a position through
+#: only if its first two characters can begin one of the formats (each format's first two are in its
+#: two classes): most positions are refused by two character classes instead of one try per format,
+#: and the scan takes a twelfth of the time (bench/plan_redaction.py: 1.04 ms against 0.08 ms per
+#: plan of about 15,000 characters). What matches is unchanged.
 PLAN_SECRET_LOOKAHEAD = "(?=[aAsSpPbBcC?&][cChHaAwWsSeElL])"
 SPARK_STRING_REDACTION_REGEX = (
     r"(?i)" + PLAN_SECRET_LOOKAHEAD + r"(?:"

@@ -2,15 +2,14 @@
 lakehouse catalog, so that BI tools and ``beeline`` query the tables by name.
 
 The server runs in the driver of the environment's own session (Spark's
-``HiveThriftServer2.startWithContext``, whose classes ship with pyspark): every table and view
-the catalog holds is visible, with its comments, and each query runs as ``medallion sql`` runs
-it. It listens on ``localhost`` unless told otherwise. Without authentication it only listens on
-a loopback address: on any other address HiveServer2's authentication must be configured in the
-environment's ``spark_conf`` (``spark.hadoop.hive.server2.authentication``: ``LDAP`` with its
-``...ldap.url``, ``KERBEROS`` with its principal and keytab, ``CUSTOM``), or the command is
-refused. A port already taken is refused before anything starts. SIGTERM or Ctrl-C stops the
-server, then the session. It needs a classic session: under Spark Connect (``runtime:
-connect``) it is refused (exit 2).
+``HiveThriftServer2.startWithContext``, whose classes ship with pyspark): every table and view of
+the catalog is visible, with its comments, and each query runs as ``medallion sql`` runs it. It
+listens on ``localhost`` unless told otherwise, and without authentication only on a loopback
+address: on any other, HiveServer2's authentication must be configured in the environment's
+``spark_conf`` (``spark.hadoop.hive.server2.authentication``: ``LDAP`` with its ``...ldap.url``,
+``KERBEROS`` with its principal and keytab, ``CUSTOM``), or the command is refused; so is a port
+already taken, before anything starts. SIGTERM or Ctrl-C stops the server, then the session. It
+needs a classic session: under Spark Connect (``runtime: connect``) it is refused (exit 2).
 """
 
 from __future__ import annotations

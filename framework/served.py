@@ -1,8 +1,7 @@
-"""``medallion sql`` through a running ``medallion serve``: the query goes to the server that
-holds the lake (its address is in the lake's lease, :meth:`framework.lease.Lease.advertise`)
-over HiveServer2's protocol, with a Python client (impyla), and no Spark starts in the
-command. The server's session answers as ``medallion sql``'s own would: the same catalog,
-settings and time zone.
+"""``medallion sql`` through a running ``medallion serve``: the query goes to the server that holds
+the lake (its address is in the lake's lease, :meth:`framework.lease.Lease.advertise`) over
+HiveServer2's protocol, with a Python client (impyla), and no Spark starts in the command. The
+server's session answers as ``medallion sql``'s own would: the same catalog, settings and time zone.
 
 Only a server without authentication (``NONE``, loopback only, or ``NOSASL``) is used this
 way; behind LDAP or Kerberos the command asks for the lake as before.

@@ -1,16 +1,13 @@
 """The SQL in table specs (schemas, types, expressions) checked by Spark, before any job runs.
 
 A spec's SQL otherwise fails only when its job runs: a DDL with a misspelt type when bronze
-starts, an aggregate calling a function Spark does not have when gold plans its query.
-``medallion validate`` parses each piece here, as the job would, and reports every failure
-with its file and key.
-
-Then, in the order data flows, each layer derives the schema a table will have from the
-schemas of the tables it reads (its ``plan`` in ``framework.layers``), on empty DataFrames:
-nothing is read or run. Where a table's input is known (a bronze feed's DDL, a silver table
-without transforms) its expressions are resolved against it, so a misspelt column is reported
-too; where it is not, an expression naming a column is accepted as long as it parses and its
-functions exist.
+starts, an aggregate calling a function Spark lacks when gold plans its query. ``medallion
+validate`` parses each piece here, as the job would, and reports every failure with its file
+and key. Then, in flow order, each layer derives a table's schema from those of the tables it
+reads (its ``plan`` in ``framework.layers``), on empty DataFrames: nothing is read or run.
+Where a table's input is known (a bronze feed's DDL, a silver table without transforms) its
+expressions are resolved against it, so a misspelt column is reported too; where not, an
+expression naming a column is accepted as long as it parses and its functions exist.
 """
 
 from __future__ import annotations
@@ -45,10 +42,9 @@ EXAMPLES = {
 
 
 def parser_session(env: Environment | None = None) -> SparkSession:
-    """The active session, or a bare local one: parsing needs neither the environment's cluster
-    nor its catalog, so any environment's specs can be checked from any machine. An
-    environment on Spark Connect (Databricks serverless included) parses on its server (its
-    client may have no Java)."""
+    """The active session, or a bare local one: parsing needs neither the environment's cluster nor
+    its catalog, so any environment's specs can be checked from any machine. An environment on Spark
+    Connect (Databricks serverless included) parses on its server (its client may have no Java)."""
     if env is not None:
         from framework.session import get_spark, on_spark_connect
 
@@ -102,11 +98,10 @@ def sql_problems(spark: SparkSession, project: ProjectConfig) -> list[ConfigErro
 
 def analysis_problem(build: Callable[..., Any], *args: Any, any_column: bool = False
                      ) -> str | None:
-    """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can.
-
-    A column Spark cannot resolve is not a problem with ``any_column`` (no input schema is
-    known), nor one under the hidden ``_metadata`` column: a planned schema is an empty
-    DataFrame, which lacks what a job's file or Delta source has there."""
+    """Why Spark cannot analyse the DataFrame ``build(*args)`` makes, or None when it can. A
+    column Spark cannot resolve is no problem with ``any_column`` (no input schema is known),
+    nor one under the hidden ``_metadata`` column: a planned schema is an empty DataFrame, which
+    lacks what a job's file or Delta source has there."""
     try:
         build(*args).schema  # noqa: B018 (analysis is the check)
     except AnalysisException as exc:

@@ -4,14 +4,14 @@ A table's rows were computed by the spec parts that decide their content (a colu
 expression, a quarantine rule, the dedup keys, an aggregate's window; not a description or a
 layout): :meth:`TableSpec.stale_parts <framework.config.model.TableSpec.stale_parts>`. Each job
 records them in its Delta table's property ``medallion.spec.written`` before it writes a row,
-as every value each part has had while rows were written (a part that changes between runs is
+as every value each part has had while rows were written (a part changed between runs is
 recorded with both values, so a kill never hides a change). ``medallion refresh`` removes the
 property with the rows; the rebuild records the spec it runs with.
 
 ``medallion validate`` compares the record with the spec now (:func:`stale_changes`): a part
-that changed, was added or was removed since rows were written means rows that only a refresh
-recomputes, and it says so, naming the command. A table with no record (written before
-records were kept) has nothing to compare and is not warned about.
+changed, added or removed since rows were written means rows only a refresh recomputes, and it
+says so, naming the command. A table with no record (written before records were kept) is not
+warned about.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ Written = dict[str, list[str]]
 
 
 def recorded(spark: SparkSession, location: str) -> Written | None:
-    """What the table at ``location`` records its rows were written with; None when it records
-    nothing (or is no Delta table)."""
+    """What the table at ``location`` records its rows were written with; None when nothing
+    (or no Delta table)."""
     if not is_delta_table(spark, location):
         return None
     text = table_properties(spark, location).get(SPEC_WRITTEN)
@@ -56,8 +56,7 @@ def merged(written: Written | None, parts: dict[str, str]) -> Written:
 
 def record(spark: SparkSession, location: str, parts: dict[str, str]) -> bool:
     """Add ``parts`` (a spec's :meth:`stale_parts`) to what the table at ``location`` records,
-    before its job writes a row; one commit when something is new, none otherwise. True when
-    it wrote."""
+    before its job writes a row: one commit when something is new, else none (False)."""
     written = recorded(spark, location)
     now = merged(written, parts)
     if written is not None and now == written:
@@ -85,8 +84,7 @@ class StaleChange:
 
 def stale_changes(written: Written | None, parts: dict[str, str]) -> list[StaleChange]:
     """The parts whose rows were written with another value than the spec's now (or without
-    the part, or with one the spec no longer has), in part order; none when nothing was
-    recorded."""
+    the part, or with one the spec no longer has), in part order; none when nothing was recorded."""
     if written is None:
         return []
     changes = []

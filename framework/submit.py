@@ -8,16 +8,14 @@
   hadoop-azure, matching Spark's Hadoop client, when the environment's root is an ``abfss://`` URL.
 * in cluster mode, where the driver runs in a YARN container: the configuration folder as an
   archive, with the environment file replaced by the environment as resolved here. Every
-  ``${VAR}`` is replaced by its value on this machine, so the driver on the cluster needs none
-  of them; secrets stay references, resolved by the driver where it runs (never written).
+  ``${VAR}`` is replaced by its value on this machine, so the driver needs none of them;
+  secrets stay references, resolved by the driver where it runs (never written).
 
-The environment is loaded and validated like any command's, so a bad environment fails here,
-before anything is submitted.
-
-With ``--log-config FILE`` it also writes into FILE the path of the log4j2 configuration that
-keeps Spark's log off a command's output (:func:`framework.session.quiet_log_config`):
-``submit.sh`` gives it to the local ``spark-submit`` JVM (the driver in client mode, YARN's
-client in cluster mode) unless the command asks for ``--log-level debug``.
+The environment is loaded and validated like any command's, so a bad one fails before anything is
+submitted. With ``--log-config FILE`` it also writes into FILE the path of the log4j2 configuration
+keeping Spark's log off a command's output (:func:`framework.session.quiet_log_config`), which
+``submit.sh`` gives to the local ``spark-submit`` JVM (the driver in client mode, YARN's client in
+cluster mode) unless the command asks for ``--log-level debug``.
 """
 
 from __future__ import annotations

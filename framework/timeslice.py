@@ -1,6 +1,5 @@
-"""A slice of time that selects files by their modification time: what ``medallion backfill``
-takes from a folder, and what a refresh of a bronze feed reads again (``--since``/``--until``).
-"""
+"""A slice of time selecting files by their modification time: what ``medallion backfill`` takes
+from a folder, and what a refresh of a bronze feed reads again (``--since``/``--until``)."""
 
 from __future__ import annotations
 

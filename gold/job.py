@@ -12,10 +12,10 @@ the spec's keys:
 
 Late rows: Spark keeps two watermarks per micro-batch, the previous batch's for late rows and
 the current one for finalising windows. A row whose window ended at or before the previous
-batch's watermark is excluded and counted from the state operator's metrics
-(``late_groups_dropped``: Spark counts after the batch's partial aggregation, so several late
-rows of one window and key in one batch count once). A row a little less late still counts
-into its window, even if that window is finalised in the same batch.
+batch's watermark is excluded, counted from the state operator's metrics (``late_groups_dropped``:
+after the batch's partial aggregation, so several late rows of one window and key in one batch
+count once). A row a little less late still counts into its window, even one finalised in the
+same batch.
 
 Marts, the fact joined to its dimensions, are :mod:`gold.mart`.
 """
@@ -60,9 +60,8 @@ def _instant(text: str | None) -> datetime | None:
 
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
-    """An aggregate's event time, keys and aggregates resolved against its source's schema,
-    and its own schema derived (``framework.layers.Planner``); None when the source's schema
-    is not known."""
+    """An aggregate's event time, keys and aggregates resolved against its source's schema, and
+    its own schema derived (``framework.layers.Planner``); None when the source's is unknown."""
     spec = cast(AggregateSpec, table.spec)
     src = spec.source
     source = inputs.get((src.layer, src.table))

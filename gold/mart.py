@@ -55,10 +55,9 @@ DEFINITION = "medallion.mart.definition"  # table property: the definition last 
 
 @dataclass(frozen=True)
 class MartPlan:
-    """A mart's query, from its spec and the columns of its fact and dimensions (name and
-    comment each): the join, then the spec's ``where`` and grouping. Used to build the mart
-    and, on empty tables, by ``medallion validate``; a problem is a :class:`ConfigError` whose
-    key is the spec's."""
+    """A mart's query, from its spec and the columns (name and comment) of its fact and
+    dimensions: the join, then ``where`` and grouping. Builds the mart and, on empty tables,
+    serves ``medallion validate``; a problem is a :class:`ConfigError` keyed by the spec."""
 
     spec: MartSpec
     fact: str
@@ -227,11 +226,11 @@ class MartJob(Job):
     def _materialize(self, query: str, fact: str, dims: list[str], comment: str,
                      comments: dict[str, str]) -> dict[str, int]:
         """Write the join into a Delta table partitioned as the fact, rebuilding only the fact
-        partitions that changed since the last run (from the fact's change data feed, which
-        gold aggregates record), or all of it when a dimension changed, the mart's columns
-        changed, or the feed cannot say (not recorded for the versions in between). The
-        versions built from are kept in the table's properties, written after the data: a run
-        interrupted in between rebuilds the same partitions again, with the same result."""
+        partitions changed since the last run (from the fact's change data feed, which gold
+        aggregates record), or all of it when a dimension or the mart's columns changed, or the
+        feed cannot say (not recorded for the versions in between). The versions built from
+        are kept in the table's properties, written after the data: a run interrupted in
+        between rebuilds the same partitions again, with the same result."""
         spark = self.spark
         fact_detail = detail(spark, fact)
         versions = {fact: _version(spark, fact, fact_detail),
@@ -299,8 +298,7 @@ class MartJob(Job):
                            f"expected table {name} to exist, found none (run its layer first)")
 
     def _size(self, name: str) -> int:
-        """The size the optimizer estimates for the table: what it compares with the
-        broadcast threshold."""
+        """The optimizer's size estimate for the table, compared with the broadcast threshold."""
         return size_estimate(self.spark, name)
 
 
@@ -343,9 +341,9 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
 
 def _commented(df: DataFrame, comments: dict[str, str], fact_detail: dict[str, Any]
                ) -> tuple[DataFrame, list[str]]:
-    """The join's rows with their columns' comments, so that a rebuild with new columns keeps
-    them, and its partition columns: the fact's when it keeps them all (a mart that groups
-    them away is rebuilt whole)."""
+    """The join's rows with their columns' comments, which a rebuild with new columns keeps,
+    and its partition columns: the fact's when it keeps them all (a mart grouping them away is
+    rebuilt whole)."""
     partitions = list(fact_detail["partitionColumns"] or [])
     if not all(c in df.columns for c in partitions):
         partitions = []

@@ -1,5 +1,5 @@
-"""The gold table spec: a windowed aggregate of a silver table, or a mart joining a fact to its
-dimensions.
+"""The gold table spec: a windowed aggregate of a silver table, or a mart joining a fact to
+its dimensions.
 
 An aggregate (``conf/tables/gold/store_sales.yaml``)::
 

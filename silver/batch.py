@@ -1,14 +1,13 @@
 """Silver's micro-batch: a pure step from the batch's rows to its :class:`Refined` outcome.
 
-Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`,
-made from a :class:`~framework.microbatch.TableBatches` (the table and what the batches need,
-decided before the query starts) where the batches run: in the job's process, or on a Spark
-Connect server. It evaluates the expectations (``fail`` raises inside the batch's own
-computation, so no table of the batch commits), counts broken rows per rule, drops or
-quarantines them, and writes the good rows: appended (one commit per table, tagged with the
-query and batch: a batch replayed after a crash appends only where its commit is missing),
-applied as changes by key (upsert or SCD2, :mod:`framework.changes`), or written into the
-batch's partition of a Hive-bucketed parquet table.
+Each micro-batch of a table written in ``foreachBatch`` is written by a :class:`BatchWriter`, made
+from a :class:`~framework.microbatch.TableBatches` (the table and what the batches need, decided
+before the query starts) where the batches run: in the job's process, or on a Spark Connect server.
+It evaluates the expectations (``fail`` raises inside the batch's own computation, so no table of
+the batch commits), counts broken rows per rule, drops or quarantines them, and writes the good
+rows: appended (one commit per table, tagged with the query and batch: a batch replayed after a
+crash appends only where its commit is missing), applied as changes by key (upsert or SCD2,
+:mod:`framework.changes`), or written into the batch's partition of a Hive-bucketed parquet table.
 """
 
 from __future__ import annotations
@@ -246,9 +245,9 @@ class BatchWriter:
                        rule_counts=rule_counts, rows_at_risk=at_risk)
 
     def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
-        """``batch`` with the rule ``snapshot_in_order``'s column, against the newest
-        snapshot the change log held before this batch: before this batch's own commit to it,
-        for a batch replayed after a crash (so that it decides as the first run did)."""
+        """``batch`` with the rule ``snapshot_in_order``'s column, against the newest snapshot
+        the change log held before this batch (before its own commit, for a batch replayed after
+        a crash, so that it decides as the first run did)."""
         snapshots = cast(SnapshotApplier, self.applier)
         replayed_at = self.commits.version(snapshots.logged_at, batch_id) \
             if batch_id in self.commits.replayable else None
@@ -258,10 +257,10 @@ class BatchWriter:
         return snapshots.mark_order(batch, newest)
 
     def _check_span(self, batch: DataFrame, metrics: dict[str, Any], log: Any) -> int:
-        """Warn about a batch whose event time spans more than the watermark's delay, with
-        the rows more than the delay behind its newest one (returned): this batch keeps them,
-        but had they been read in a later batch the watermark this one sets would have
-        dropped them (as it drops any row of a split upstream commit still to come)."""
+        """Warn about a batch whose event time spans more than the watermark's delay, returning
+        the rows more than the delay behind its newest one: this batch keeps them, but read in
+        a later batch they would have been dropped by the watermark this one sets (as is any
+        row of a split upstream commit still to come)."""
         low, high = metrics.pop("_min_event_time", None), metrics.pop("_max_event_time", None)
         if low is None or high is None or (high - low).total_seconds() <= self.delay_s:
             return 0

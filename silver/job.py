@@ -1,22 +1,21 @@
 """Silver: a typed, checked, deduplicated copy of an upstream table.
 
-The streaming part of the query reads the upstream Delta table, selects, renames and casts
-columns (``try_cast``: a value that does not fit is not an error but a quarantined row, named
+The query reads the upstream Delta table as a stream, selects, renames and casts columns
+(``try_cast``: a value that does not fit is not an error but a quarantined row, named
 ``cast:<column>``), applies custom transforms, and deduplicates with
 ``withWatermark(event_time, delay).dropDuplicatesWithinWatermark(keys)``.
 
-Dedup semantics, plainly: a row is dropped when a row with the same keys was seen and its event
-time is within ``delay`` of the newest event time seen so far. The state keeps a key until the
-watermark (newest event time minus ``delay``) passes the key's event time plus ``delay``, so it
-holds about two delays' worth of keys and stops growing. A duplicate arriving after its key left
-the state passes through (it is not a duplicate any more, as far as silver knows), and a row
-whose event time is already behind the watermark when it arrives is dropped as late (counted,
-from the state operator's metrics).
+Dedup, plainly: a row is dropped when a row with the same keys was seen and its event time is within
+``delay`` of the newest event time seen so far. The state keeps a key until the watermark (newest
+event time minus ``delay``) passes the key's event time plus ``delay``, so it holds about two
+delays' worth of keys and stops growing. A duplicate arriving after its key left the state passes
+(it is no duplicate any more, as far as silver knows), and a row whose event time is already behind
+the watermark on arrival is dropped as late (counted from the state operator's metrics).
 
 A table with no expectation, no cast and plain appends is written by Delta's streaming sink
 (exactly once by itself: it records the query id and batch id in the commit), its rows counted
-by an observed metric. Otherwise each micro-batch is written in ``foreachBatch`` by silver's
-batch writer (:mod:`silver.batch`), and its outcome folded into the run here.
+by an observed metric instead of a Python call per batch. Otherwise each micro-batch is written
+in ``foreachBatch`` by :mod:`silver.batch`, and its outcome folded into the run here.
 """
 
 from __future__ import annotations
@@ -104,9 +103,8 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
                    StructType]) -> tuple[StructType | None, list[ConfigError]]:
     """The silver table's schema from its source's (``framework.layers.Planner``): each column
     resolved against the source, then each rule against the columns. A column that does not
-    resolve is reported and planned as a column of unknown type, so the rules and the tables
-    downstream are still checked. None when the source's schema is unknown or a transform may
-    change the columns."""
+    resolve is reported and planned of unknown type, so the rules and the tables downstream are
+    still checked. None when the source's schema is unknown or a transform may change columns."""
     spec = cast(SilverTableSpec, table.spec)
     source = inputs.get((spec.source.layer, spec.source.table))
     if source is None:
@@ -187,15 +185,12 @@ class SilverJob(StreamingJob):
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
         self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
-        # Nothing to decide per batch (no rule, no cast, no watermark, plain append to Delta):
-        # the query writes through Delta's streaming sink, which is exactly-once by itself, and
-        # counts its rows with an observed metric instead of a Python call per batch. A table
-        # with a watermark checks each batch's span of event time (silver.batch).
+        # No rule, no cast, no watermark, plain append to Delta: Delta's streaming sink (see the
+        # module's text). A table with a watermark checks each batch's event-time span instead.
         self.direct = (not batch_rules(self.spec) and not self._typed and not self.spec.dedup
                        and self.spec.mode is WriteMode.APPEND
                        and self.spec.format is TableFormat.DELTA)
-        # Changes with removals or versions go through a change log beside the table (see
-        # framework.changes); a plain upsert is one MERGE.
+        # Changes with removals or versions go through a change log (framework.changes).
         self.changes_table = self.table.qualified("changes")
         self.applier = change_applier(self.table)
         self.log_location = self.applier.log_location if self.applier else None
@@ -293,10 +288,9 @@ class SilverJob(StreamingJob):
                          comment=f"Rows of {self.table.name} that broke a quarantine rule")
 
     def _check_mode(self) -> None:
-        """Raises :class:`TableModeError` when the table (at its location) was written in
-        another mode than its spec asks: with SCD2's versions or without them, or without a
-        change log (none, or one with no event, while the table has rows). Before any table is
-        created or written."""
+        """Raises :class:`TableModeError` when the table (at its location) was written in another
+        mode than its spec asks: with SCD2's versions or without, or without a change log (none, or
+        one with no event, while the table has rows). Before any table is created or written."""
         existing = read_table(self.spark, self.table.location)
         versions = set(SCD2_COLUMNS) <= set(existing.columns)
         scd2 = self.applier is not None and self.applier.scd2

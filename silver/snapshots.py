@@ -2,48 +2,44 @@
 updates and deletes between consecutive snapshots of an entity, applied as SCD type 1 or 2 by
 :mod:`framework.changes`.
 
-Each row of the source belongs to one *snapshot*: a complete extract of the entity, named and
-ordered by its ``snapshot_by`` value (an extract date, say, or an expression over bronze's
-``_source_file`` listed in ``columns:``). Each distinct snapshot id in a micro-batch is taken for
-one whole snapshot: a snapshot must arrive whole in one upstream commit (one file per extract,
-or a folder landed at once, read by bronze without ``max_files_per_trigger``), and silver reads
-whole upstream commits (a file or byte limit on its source is applied with a warning, as it can
-split a commit of several files).
+Each source row belongs to one *snapshot*: a complete extract of the entity, named and ordered by
+its ``snapshot_by`` value (an extract date, say, or an expression over bronze's ``_source_file``
+listed in ``columns:``). Each distinct snapshot id in a micro-batch is taken for one whole
+snapshot: a snapshot must arrive whole in one upstream commit (one file per extract, or a folder
+landed at once, read by bronze without ``max_files_per_trigger``), and silver reads whole
+upstream commits (a file or byte limit on its source, which can split a commit of several
+files, is applied with a warning).
 
 How a micro-batch is applied:
 
 1. **Order.** The newest snapshot id in the change log before the batch is looked up; for a
    batch replayed after a crash, in the log as it was just before the batch's own commit (found
-   by its tag), so the replay decides as the first run did. The rows of a snapshot older than
-   it are quarantined (rule ``snapshot_in_order``, counted as any rule): a late extract is never
+   by its tag), so the replay decides as the first run did. The rows of an older snapshot are
+   quarantined (rule ``snapshot_in_order``, counted as any rule): a late extract is never
    applied over newer ones, nor dropped silently. A snapshot with that newest id is a
-   re-delivery (or the batch's replay): it derives the events the log holds already and
-   changes nothing. An older snapshot delivered again is out of order too: the log cannot tell
-   it from a late one (one that left no change behind leaves no trace in it). A row without a
-   snapshot id is quarantined (``has_<snapshot_by>``), as a change without a sequence is.
+   re-delivery (or the batch's replay): it derives events the log holds already and changes
+   nothing. An older snapshot delivered again is out of order too: the log cannot tell it from
+   a late one (one that left no change leaves no trace). A row without a snapshot id is
+   quarantined (``has_<snapshot_by>``), as a change without a sequence is.
 2. **Derivation** (:meth:`SnapshotApplier.classify`). The batch's snapshots are compared in
-   ascending order, each with the state just before it: the previous snapshot of the batch, or
-   for the first one the state the log's events *older than it* give (each key's newest such
-   event: an upsert leaves its values, a delete nothing). Older than it, not all of them: a
-   replayed snapshot, whose events are logged already, is compared with the state it was
-   compared with the first time, and derives the same events. A key that is new or whose
-   values changed (any column but the keys and the snapshot id) is an **upsert** at the
-   snapshot id; a key present before and absent now is a **delete** at the snapshot id. One
-   window over each key's rows (its state before the batch, then its row in each snapshot)
-   finds both, whatever the number of snapshots. Two different rows of a key in one snapshot
-   (a contradiction in the extract): the greatest by its JSON text is taken, so the choice does
-   not depend on arrival.
-3. **Application.** The events are applied as any change data (:class:`ChangeApplier`): added
-   to the change log, the keys they name recomputed from it, one MERGE of the difference. The
-   log keeps every event, for SCD type 1 too: the state before a snapshot is a function of the
-   log's history, not of each key's newest event alone. A snapshot equal to the state before
-   it derives nothing and writes nothing.
+   ascending order, each with the state just before it: the batch's previous snapshot, or for
+   the first one the state the log's events *older than it* give (each key's newest such event:
+   an upsert leaves its values, a delete nothing). Older than it, not all of them: a replayed
+   snapshot, whose events are logged already, is compared with the same state as the first
+   time, and derives the same events. A key new or with changed values (any column but the keys
+   and the snapshot id) is an **upsert** at the snapshot id; a key present before and absent now
+   is a **delete** there. One window over each key's rows (its state before the batch, then its
+   row in each snapshot) finds both, whatever the number of snapshots. Of two different rows of
+   a key in one snapshot (a contradiction in the extract) the greatest by its JSON text is
+   taken, so the choice does not depend on arrival.
+3. **Application** as any change data (:class:`ChangeApplier`). The log keeps every event, for
+   SCD type 1 too: the state before a snapshot is a function of the log's history, not of each
+   key's newest event alone. A snapshot equal to the state before it writes nothing.
 
-The table is therefore the SCD1 or SCD2 table of the events derived from the snapshots taken in
-order: in SCD2 ``__start_at`` and ``__end_at`` are snapshot ids (the snapshot where a version
-appeared, and the one where it changed or was gone); the ``snapshot_by`` column is kept as
-``sequence_by`` is (the snapshot of the key's newest change). Each batch reads the change log's
-events older than its first snapshot, to know the state before it.
+The table is thus the SCD1 or SCD2 table of the events derived from the snapshots in order: in
+SCD2 ``__start_at`` and ``__end_at`` are snapshot ids (where a version appeared, and where it
+changed or was gone); the ``snapshot_by`` column is kept as ``sequence_by`` is (the snapshot of
+the key's newest change).
 """
 
 from __future__ import annotations
@@ -65,26 +61,23 @@ _NEWEST, _POS, _NEXT, _PREV_POS, _PREV, _NEXT_POS, _EVENT = \
 
 class SnapshotApplier(ChangeApplier):
     """Applies micro-batches of full snapshots to one table (``location``): derives their
-    events (:meth:`classify`) and applies them through the change log (``log_location``),
-    which keeps every event (:attr:`KeyedChanges.snapshots
-    <framework.changes.KeyedChanges.snapshots>`)."""
+    events (:meth:`classify`) and applies them through the change log (``log_location``)."""
 
     # ------------------------------------------------------------------ order
     def newest_applied(self, spark: SparkSession, replayed_at: int | None) -> Any:
-        """The newest snapshot id in the change log (None while it has none). ``replayed_at``:
-        the log's version that this batch's own commit made, for a batch replayed after a
-        crash; the log is then read as it was just before it."""
+        """The newest snapshot id in the change log (None while it has none); for a batch
+        replayed after a crash (``replayed_at``: the log's version its own commit made), as the
+        log was just before it."""
         version = replayed_at - 1 if replayed_at is not None else None
         row = read_table(spark, self.logged_at, version=version).agg(F.max(self.seq)).first()
         return row[0] if row is not None else None
 
     def mark_order(self, batch: DataFrame, newest: Any) -> DataFrame:
         """``batch`` with the column :data:`IN_ORDER`: false for the rows of a snapshot older
-        than ``newest`` (the newest applied), true for the others (a row without an id too:
-        the rule ``has_<snapshot_by>`` quarantines it)."""
+        than ``newest`` (the newest applied), else true (a row without an id too: the rule
+        ``has_<snapshot_by>`` quarantines it)."""
         # A value collected from Spark goes back through a DataFrame of its own type: a literal
-        # of the Python value would infer its type (a TIMESTAMP_NTZ would pass through the
-        # session's time zone).
+        # of the Python value would infer its type (a TIMESTAMP_NTZ would pass the time zone).
         kind = batch.schema[self.seq].dataType
         applied = batch.sparkSession.createDataFrame(
             [(newest,)], StructType([StructField(_NEWEST, kind)]))
@@ -95,9 +88,9 @@ class SnapshotApplier(ChangeApplier):
 
     # ------------------------------------------------------------------ derivation
     def classify(self, batch: DataFrame) -> DataFrame:
-        """The events between the batch's snapshots (its rows: in order, each with an id),
-        each snapshot compared with the state just before it: the log's columns (the batch's
-        but the ``except_columns``, then ``_op``), a delete's values null."""
+        """The events between the batch's snapshots (its rows: in order, each with an id), in
+        the log's columns (the batch's but the ``except_columns``, then ``_op``), a delete's
+        values null."""
         rows = batch.drop(*self.changes.except_columns)
         columns = rows.columns
         values = [c for c in columns if c not in (*self.keys, self.seq)]
@@ -149,8 +142,8 @@ class SnapshotApplier(ChangeApplier):
     def _state_before(self, first: DataFrame, values: list[str]) -> DataFrame:
         """The keys present before the batch's first snapshot (``first``: its id, as column
         ``_next``), with their values: each key's newest event in the log older than it, when
-        an upsert (a delete wins a tie, then the greatest values by their JSON text, as in
-        SCD2's fold); place 0, followed by the first snapshot."""
+        an upsert (a delete wins a tie, then the greatest values by JSON text, as in SCD2's
+        fold); place 0, followed by the first snapshot."""
         log = read_table(first.sparkSession, self.logged_at)
         removal = F.col(OP) != ChangeOp.UPSERT.value
         text = F.to_json(F.struct(*values)) if values else F.lit("")

@@ -1,5 +1,5 @@
-"""The silver table spec: how a bronze (or silver) table is typed, checked, deduplicated and laid
-out.
+"""The silver table spec: how a bronze (or silver) table is typed, checked, deduplicated and
+laid out.
 
 A complete example (``conf/tables/silver/orders.yaml``)::
 
@@ -115,15 +115,12 @@ class Dedup(Model):
 
 class Changes(Model):
     """How rows of the source are applied as changes to a key (see :mod:`framework.changes`):
-    ``keys`` name the entity, ``sequence_by`` orders its changes (the order at the source, not
-    of arrival). A row for which ``deletes`` holds removes its key at its sequence; one for
-    which ``truncates`` holds removes every key at its sequence. ``except_columns`` are read
-    (by the conditions, say) but not written to the table.
-
-    A source of full snapshots names ``snapshot_by`` instead of ``sequence_by``: the column
-    that tells the extract a row belongs to and orders the extracts; the changes are derived
-    between consecutive snapshots (see :mod:`silver.snapshots`), so ``deletes`` and
-    ``truncates`` have no place there."""
+    ``keys`` name the entity, ``sequence_by`` orders its changes (at the source, not on
+    arrival); a ``deletes`` row removes its key at its sequence, a ``truncates`` row every key.
+    ``except_columns`` are read (by the conditions, say) but not written. A source of full
+    snapshots names ``snapshot_by`` instead of ``sequence_by``: the column telling a row's
+    extract and ordering the extracts; changes are derived between consecutive snapshots
+    (:mod:`silver.snapshots`), so ``deletes`` and ``truncates`` have no place there."""
 
     keys: list[Identifier] = Field(min_length=1)
     sequence_by: Identifier | None = None
@@ -134,8 +131,8 @@ class Changes(Model):
 
     @property
     def sequence(self) -> str:
-        """The column that orders a key's events: ``sequence_by``, or ``snapshot_by`` (the
-        events derived from a snapshot are at its id). Only one is set (:meth:`check_settings`);
+        """The column ordering a key's events: ``sequence_by``, or ``snapshot_by`` (events
+        derived from a snapshot are at its id). Only one is set (:meth:`check_settings`);
         neither, on a spec that failed its checks, is an empty name."""
         return self.sequence_by or self.snapshot_by or ""
 
@@ -277,9 +274,8 @@ class SilverTableSpec(TableSpec):
         return None
 
     def stale_parts(self) -> dict[str, str]:
-        """Each column's origin and type, each rule that keeps rows out (not a ``warn``: its
-        rows are kept either way), the transforms, the source, the event time, the dedup
-        keys and how rows are applied as changes."""
+        """Each column's origin and type, each rule keeping rows out (not a ``warn``: its rows
+        are kept), the transforms, source, event time, dedup keys and change mode."""
         parts = {"source": f"{self.source.layer.value}.{self.source.table}",
                  "mode": self.mode.value}
         for c in self.columns:

@@ -68,9 +68,8 @@ _SpecFile = tuple[Layer, TableSpec, str]
 
 def load_checked(conf_dir: str | Path | None = None, env: str | None = None
                  ) -> tuple[ProjectConfig | None, list[ConfigError]]:
-    """Every problem of the configuration, and the project of the specs that are valid (for
-    ``validate`` to check their SQL too, in the same pass; None without a valid
-    environment)."""
+    """Every problem of the configuration, and the project of the valid specs (for
+    ``validate`` to check their SQL in the same pass; None without a valid environment)."""
     conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
     env_name = env or os.environ.get("MEDALLION_ENV", DEFAULT_ENV)
     errors: list[ConfigError] = []
@@ -96,8 +95,8 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
 
 def _load_environment(conf: Path, env_name: str, errors: list[ConfigError]
                       ) -> Environment | None:
-    """The environment ``env_name`` of ``conf``; None, its problems in ``errors``, when it
-    is missing or not valid."""
+    """The environment ``env_name`` of ``conf``; None (its problems in ``errors``) when it is
+    missing or invalid."""
     env_file = conf / "environments" / f"{env_name}.yaml"
     if not env_file.is_file():
         known = sorted(p.stem for p in (conf / "environments").glob("*.yaml"))
@@ -196,9 +195,8 @@ def _validate(
         return None
 
 
-# Bounds on a configuration file: its size, its nesting, and its nodes once aliases are
-# expanded (an alias "bomb" of a few lines stands for billions of values; the validation would
-# visit every one).
+# Bounds on a configuration file: its size, nesting, and nodes once aliases are expanded (an
+# alias "bomb" of a few lines stands for billions of values, each visited by the validation).
 MAX_FILE_BYTES = 1_000_000
 MAX_DEPTH = 50
 MAX_NODES = 100_000

@@ -39,8 +39,7 @@ class Runtime(StrEnum):
     @classmethod
     def detect(cls, environ: Mapping[str, str] | None = None) -> Runtime:
         """Databricks if its runtime variable is set; spark-submit if it launched us; Spark
-        Connect if ``$SPARK_REMOTE`` names a server; else local. ``environ``: the process's
-        environment unless given."""
+        Connect if ``$SPARK_REMOTE`` names a server; else local (``environ``: the process's)."""
         import os
 
         environ = os.environ if environ is None else environ
@@ -55,14 +54,12 @@ class Runtime(StrEnum):
     @staticmethod
     def databricks_connect(environ: Mapping[str, str] | None = None) -> bool:
         """Whether Databricks runs this process's Python as a Spark Connect client: serverless
-        compute (its ``DATABRICKS_RUNTIME_VERSION`` is the serverless environment's client
-        version, ``client.<major>.<minor>``, not a runtime's number) or a cluster in standard
-        access mode (``SPARK_CONNECT_MODE_ENABLED``, pyspark's own mark of a process whose
-        sessions are Spark Connect's, read by ``pyspark.sql.utils.is_remote``).
-
-        The session's own class decides every step that holds a session
-        (:func:`framework.jvm.is_connect`); this answers before there is one: ``validate``
-        refuses a root a Connect client cannot reach, ``serve`` is refused at once."""
+        compute (its ``DATABRICKS_RUNTIME_VERSION`` is the serverless client's version,
+        ``client.<major>.<minor>``, not a runtime's number) or a cluster in standard access mode
+        (``SPARK_CONNECT_MODE_ENABLED``, pyspark's own mark of a Spark Connect process, read by
+        ``pyspark.sql.utils.is_remote``). Once there is a session its own class decides
+        (:func:`framework.jvm.is_connect`); this answers before: ``validate`` refuses a root a
+        Connect client cannot reach, ``serve`` is refused at once."""
         import os
 
         environ = os.environ if environ is None else environ
@@ -298,13 +295,13 @@ class Stored(StrEnum):
 class RebuildMethod(StrEnum):
     """How ``medallion refresh`` rebuilds a table from its sources."""
 
-    # its query's checkpoint set aside and its tables emptied: the query reads its source
-    # again from the start, with state from zero
+    # its query's checkpoint set aside and its tables emptied: the query rereads its source
+    # from the start, with state from zero
     STREAM = "stream"
     # its table emptied and its build-state property removed: the next build is a whole one
     WHOLE = "whole"
-    # its tables emptied, its checkpoint kept: its job reads its inputs again, batch by batch
-    # (a file feed's files, from the archive), as its layer's ``reread`` says
+    # its tables emptied, its checkpoint kept: its job rereads its inputs batch by batch (a
+    # file feed's files, from the archive), as its layer's ``reread`` says
     REREAD = "reread"
 
 
@@ -321,7 +318,8 @@ class Rebuild:
 
 
 class TableSpec(Model):
-    """What every table spec has; each layer's spec extends it (see ``framework.layers``)."""
+    """What every table spec has; each layer's spec extends it (see ``framework.layers``). The
+    hooks below return nothing unless they say otherwise."""
 
     layer: ClassVar[Layer]
 
@@ -329,11 +327,11 @@ class TableSpec(Model):
     description: str = ""
 
     def check(self, table: Table) -> list[ConfigError]:
-        """Checks that need the environment (paths, other tables); none by default."""
+        """Checks that need the environment (paths, other tables)."""
         return []
 
     def backlog_path(self, table: Table) -> str | None:
-        """A folder whose files wait for this table (bronze's landing zone); None by default."""
+        """A folder whose files wait for this table (bronze's landing zone)."""
         return None
 
     def stored(self) -> Stored:
@@ -342,26 +340,26 @@ class TableSpec(Model):
 
     def folders(self, table: Table) -> list[str]:
         """Folders the table's jobs use besides its location and checkpoint (a feed's landing
-        zone), which ``medallion init`` creates; none by default."""
+        zone), which ``medallion init`` creates."""
         return []
 
     def upstream(self) -> list[tuple[Layer, str]]:
-        """The configured tables this one reads (layer, short name); none by default."""
+        """The configured tables this one reads (layer, short name)."""
         return []
 
     def sql_texts(self) -> list[SqlText]:
-        """The spec's SQL (schemas, types, expressions), which ``medallion validate`` has
-        Spark's parser check; none by default."""
+        """The spec's SQL (schemas, types, expressions), for Spark's parser to check in
+        ``medallion validate``."""
         return []
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
-        """Warnings about a valid configuration that will not do what it is likely meant to
-        (a join that cannot prune, say); shown by ``medallion validate``. None by default."""
+        """Warnings about a valid configuration that will not do what it is likely meant to (a
+        join that cannot prune, say), shown by ``medallion validate``."""
         return []
 
     def rebuild(self, table: Table) -> Rebuild | None:
-        """How ``medallion refresh`` rebuilds the table; None for one that holds no rows of
-        its own (a view). By default: its stream's checkpoint and its own table reset."""
+        """How ``medallion refresh`` rebuilds the table (None: a view, with no rows of its
+        own); by default its stream's checkpoint and its own table are reset."""
         return Rebuild(RebuildMethod.STREAM, (table.location,), table.checkpoint)
 
     def rebuild_refusal(self, table: Table) -> str | None:
@@ -369,11 +367,10 @@ class TableSpec(Model):
         return None
 
     def stale_parts(self) -> dict[str, str]:
-        """The parts of the spec that decide the content of rows already written (a column's
-        expression, a rule that drops rows, a window), each by name with its value as text;
-        a change to one leaves rows only a refresh recomputes (see
-        :mod:`framework.staleness`). Layout and descriptions are not among them. None by
-        default."""
+        """The parts of the spec deciding the content of rows already written (a column's
+        expression, a rule that drops rows, a window), by name with their values as text; a
+        change to one leaves rows only a refresh recomputes (:mod:`framework.staleness`).
+        Layout and descriptions are not among them."""
         return {}
 
 
@@ -452,8 +449,7 @@ class ProjectConfig:
         return sorted(tables, key=lambda t: (order.index(t.layer), self._depth(t), t.name))
 
     def fed_by(self, tables: Iterable[Table]) -> list[Table]:
-        """``tables`` and every table that reads one of them, directly or through others, in
-        flow order."""
+        """``tables`` and every table reading one of them, directly or not, in flow order."""
         reached = {(t.layer, t.name) for t in tables}
         fed = []
         for table in self.in_flow_order(self.tables):

@@ -79,14 +79,12 @@ IMPLEMENTATIONS: dict[str, Callable[[str, Environment | None], Storage]] = {
 
 def storage_for(path: str, env: Environment | None = None, spark: Any = None) -> Storage:
     """The store for ``path``: with a classic Spark session (a job's own file operations),
-    the session's Hadoop ``FileSystem`` for any path that is not on a local disk; without one,
-    or with a Spark Connect session (no JVM in reach), by the path's scheme (ADLS paths take
-    their account's credentials from ``env``; another scheme is refused under Connect).
-
-    A local path is handled through ``os`` either way: it is the disk Hadoop's local file
-    system reads too, and each call into the JVM through Py4J costs about 2 ms here (a run of
-    200 files spent 1.5 s on their stats and moves through Hadoop, a few ms through ``os``).
-    """
+    the session's Hadoop ``FileSystem`` for any path not on a local disk; without one, or with
+    a Spark Connect session (no JVM in reach), by the path's scheme (ADLS paths take their
+    account's credentials from ``env``; another scheme is refused under Connect). A local path
+    goes through ``os`` either way: it is the disk Hadoop's local file system reads too, and
+    each call into the JVM through Py4J costs about 2 ms here (a run of 200 files spent 1.5 s
+    on their stats and moves through Hadoop, a few ms through ``os``)."""
     scheme = scheme_of(path)
     if spark is not None and scheme not in ("", "file"):
         from framework.jvm import is_connect
@@ -109,16 +107,14 @@ def storage_for(path: str, env: Environment | None = None, spark: Any = None) ->
 
 def land(storage: Storage, files: Sequence[str], folder: str, *, keep_times: bool = False,
          on_landed: Callable[[str, FileInfo], None] | None = None) -> list[FileInfo]:
-    """Upload local ``files`` into ``folder`` in the order given, each with a modification
-    time later than the one before it and than every file already in ``folder``: Spark's file
-    source reads files in the order of their times, so the feed is read in delivery order.
-
-    Times are set by the framework where the store allows it (a local disk: one millisecond
-    apart at least). A store that sets them itself (ADLS, in whole seconds) gets each file
-    in a later second than the one before: the upload waits for the next second, and a file
-    whose time still ties is written again (flushed) a second later. ``keep_times`` gives each
-    file its own local modification time instead (local stores only): the feed is then read
-    in the order of those times. ``on_landed`` is called with each file as it lands."""
+    """Upload local ``files`` into ``folder`` in the order given, each with a modification time
+    later than the one before it and than every file already in ``folder``: Spark's file source
+    reads files in the order of their times, so the feed is read in delivery order. The framework
+    sets times where the store allows it (a local disk: one millisecond apart at least). A store
+    that sets them itself (ADLS, in whole seconds) gets each file in a later second than the one
+    before: the upload waits for the next second, and a file whose time still ties is written again
+    (flushed) a second later. ``keep_times`` gives each file its own local modification time instead
+    (local stores only), read in that order. ``on_landed`` is called with each file as it lands."""
     resolution = storage.resolution_ms(folder)
     if keep_times and resolution != 1:
         raise StorageError(f"expected a store whose files' times can be set for --keep-times, "

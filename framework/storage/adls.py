@@ -86,8 +86,7 @@ _REQUIRED = {
 
 
 def resolve_access(settings: AzureStorage) -> Access:
-    """``settings`` resolved; a setting the method needs and lacks is a
-    :class:`StorageError`."""
+    """``settings`` resolved; a setting the method needs and lacks is a :class:`StorageError`."""
     method = settings.auth
     for key in _REQUIRED.get(method, ()):
         if not getattr(settings, key):

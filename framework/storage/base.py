@@ -142,11 +142,9 @@ def uploading_name(path: str) -> str:
 
 
 def archive_target(archive_dir: str, source_file: str) -> str:
-    """Where a source file goes in an archive: the archive folder plus the file's full path.
-
-    This is the layout Spark's ``cleanSource=archive`` uses, so files archived by Spark and by
-    the framework's reconciler end up side by side.
-    """
+    """Where a source file goes in an archive: the archive folder plus the file's full path,
+    the layout of Spark's ``cleanSource=archive``, so files archived by Spark and by the
+    framework's reconciler end up side by side."""
     source = path_part(source_file)
     return archive_dir.rstrip("/") + "/" + source.lstrip("/")
 

@@ -2,11 +2,10 @@
 ``hdfs``, ``abfss``, ``s3a``, ``dbfs``...): the store of a job's own file operations (bronze's
 stat, archive, quarantine; a checkpoint's logs), with the credentials Spark already holds.
 
-The calls into Hadoop are :class:`framework.jvm.HadoopFileSystem`'s (classic sessions only);
-this store adds the contract's steps around them: files written under a hidden name and
-renamed into place, a target's folder made first, an existing target refused. A rename is
-atomic where the store's is (local disks, HDFS, ADLS with a hierarchical namespace); on S3 it
-is a copy and a delete.
+The calls into Hadoop are :class:`framework.jvm.HadoopFileSystem`'s (classic sessions only); this
+store adds the contract's steps around them: files written under a hidden name and renamed into
+place, a target's folder made first, an existing target refused. A rename is atomic where the
+store's is (local disks, HDFS, ADLS with a hierarchical namespace); on S3 it is a copy and a delete.
 """
 
 from __future__ import annotations
