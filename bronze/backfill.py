@@ -8,8 +8,9 @@ never moving a file there (``clean_source: off`` for that query, failed files in
 - **its own checkpoint**, ``_checkpoints/bronze/<table>.backfill-<key>``, where the key is made
   of the folder and the ``--since``/``--until`` slice: run again, the same backfill reads only
   the files it has not read; a kill is resumed by running it again, as a run is;
-- **its own batches**: the query's batch ``b`` is batch ``BACKFILL_BASE + b`` in the ledger,
-  the bronze rows' ``_batch_id`` and the commits' tags, so it never meets a landing batch, and
+- **its own batches**: the query's batch ``b`` has the key ``(backfill, b)``
+  (:class:`~bronze.ledger.BatchKey`), stored as ``BACKFILL_BASE + b`` in the ledger, the
+  bronze rows' ``_batch_id`` and the commits' tags, so it never meets a landing batch, and
   the landing reconciler (which settles batches up to the landing checkpoint's) never looks at
   its rows; its ledger rows say ``ingestion = 'backfill'`` with the file's path under the
   folder (``file_key``);
@@ -39,7 +40,7 @@ from pyspark.sql import functions as F
 from bronze.deliveries import INGESTED, glob_regex, hidden
 from bronze.filebatch import FileBatchWriter, FileSource, KnownFiles, LandingFiles
 from bronze.job import BronzeJob
-from bronze.ledger import BACKFILL_BASE, BatchCounts, Ingestion
+from bronze.ledger import BatchCounts, BatchKey, Origin, stored_in
 from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, CleanSource
 from framework.checkpoint import batch_source_files, last_committed_batch, last_planned_batch
@@ -49,7 +50,7 @@ from framework.errors import JobError, UsageError
 from framework.storage import Storage, from_uri, local_path
 from framework.timeslice import TimeSlice
 
-__all__ = ["BACKFILL_BASE", "Backfill", "BackfillJob", "BackfillTable"]
+__all__ = ["Backfill", "BackfillJob", "BackfillTable"]
 
 
 @dataclass(frozen=True)
@@ -126,13 +127,15 @@ def known_in_folder(job: BackfillJob) -> KnownFiles:
     in_landing = {f"{landing}/{job.key_of(p)}": p for p in own}
     candidates = job.spark.createDataFrame([(p,) for p in [*own, *in_landing]], "path string")
     rows = read_table(job.spark, job.table.companion_location("files")) \
-        .where(F.col("status").isin(sorted(INGESTED)) & (F.col("batch_id") >= 0)) \
+        .where(F.col("status").isin(sorted(INGESTED))
+               & ~stored_in(F.col("batch_id"), Origin.UNREAD)) \
         .join(F.broadcast(candidates), "path").select("path", "size", "batch_id") \
         .collect()
     for row in rows:
         path = in_landing.get(row["path"], row["path"])
         if own.get(path) == row["size"]:
-            how = "a backfill" if row["batch_id"] >= BACKFILL_BASE else "landing"
+            how = "a backfill" if BatchKey.of(row["batch_id"]).origin is Origin.BACKFILL \
+                else "landing"
             known[(path, int(row["size"]))] = f"{how} (batch {row['batch_id']})"
     # landing's batches planned but not committed (a run stopped): theirs to read
     checkpoint = job.landing_checkpoint
@@ -168,17 +171,17 @@ class FolderFiles(LandingFiles):
     backfill: Backfill = field(default_factory=lambda: Backfill(""))
     folder: str = ""
 
-    def batch_of(self, query_batch: int) -> int:
-        return BACKFILL_BASE + query_batch
+    def batch_of(self, query_batch: int) -> BatchKey:
+        return BatchKey(Origin.BACKFILL, query_batch)
 
-    def planned(self, writer: FileBatchWriter, batch_id: int
+    def planned(self, writer: FileBatchWriter, key: BatchKey
                 ) -> tuple[dict[str, int], tuple[str, ...]]:
-        planned = batch_source_files(writer.table.checkpoint, batch_id - BACKFILL_BASE,
+        planned = batch_source_files(writer.table.checkpoint, key.number,
                                      storage=writer.storage)
         outside = tuple(p for p, modified in planned.items()
                         if not self.backfill.takes(modified))
         if outside:
-            writer.log.info("bronze.backfill.outside_slice", batch_id=batch_id,
+            writer.log.info("bronze.backfill.outside_slice", batch_id=key.stored,
                             files=len(outside))
         return {p: m for p, m in planned.items() if p not in outside}, outside
 
@@ -186,7 +189,7 @@ class FolderFiles(LandingFiles):
                counts: BatchCounts, committed: bool) -> tuple[list[dict[str, Any]],
                                                               dict[str, int]]:
         if not committed:
-            rows = [r | {"ingestion": Ingestion.BACKFILL.value,
+            rows = [r | {"ingestion": Origin.BACKFILL.value,
                          "file_key": key_under(self.folder, r["path"], writer.table)}
                     for r in rows]
         return super().settle(writer, batch_id, rows, counts, committed)

@@ -80,7 +80,7 @@ from typing import Any, cast
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze.ledger import BACKFILL_BASE, FileStatus, Ingestion, ledger_frame
+from bronze.ledger import UNREAD, BatchKey, FileStatus, Origin, ledger_frame, stored_in
 from bronze.reconcile import write_manifest
 from bronze.spec import BronzeTableSpec, CleanSource, Redelivery
 from framework.checkpoint import batch_source_files, last_committed_batch
@@ -91,8 +91,9 @@ from framework.storage import FileInfo, Storage, archive_target, from_uri, local
 
 __all__ = ["REDELIVERY_BATCH", "Deliveries", "LandingPattern", "delivery_name"]
 
-# The ledger partition of deliveries quarantined with ``redelivery: skip`` (see the module).
-REDELIVERY_BATCH = -1
+# The ledger partition of deliveries quarantined with ``redelivery: skip`` and of copies of
+# backfilled files: files settled without a read (see the module).
+REDELIVERY_BATCH = UNREAD.stored
 # The tag of their ledger commits (``<writer>:<batch>``, as framework.delta.append writes).
 WRITER = "redelivery"
 # Statuses of a file whose rows were committed.
@@ -226,7 +227,12 @@ class Entry:
     def backfilled(self) -> bool:
         """A row of a file a backfill read (in its folder), or of a landing file settled as
         one a backfill had read."""
-        return self.ingestion == Ingestion.BACKFILL
+        return self.ingestion == Origin.BACKFILL
+
+    @property
+    def key(self) -> BatchKey:
+        """The key of the batch that read the file (or of the unread files)."""
+        return BatchKey.of(self.batch_id)
 
 
 class Deliveries:
@@ -274,7 +280,7 @@ class Deliveries:
         backfilled: dict[tuple[str, int], Entry] = {}  # (path under its folder, size)
         keys = {local_path(f.path): local_path(f.path)[len(folder) + 1:] for f in listed}
         for entry in self._ledger_rows(list(keys), list(keys.values())):
-            if entry.backfilled and entry.batch_id >= BACKFILL_BASE:
+            if entry.backfilled and entry.key.origin is Origin.BACKFILL:
                 if entry.status in INGESTED and entry.file_key:
                     backfilled[(entry.file_key, entry.size)] = entry
             else:
@@ -293,8 +299,8 @@ class Deliveries:
             # a backfilled file's copy: not these bytes read by landing already, not settled
             # as a copy already, not in a batch the query replays (it reads it)
             if earlier is not None and path not in pending and not any(
-                    (r.batch_id >= 0 and (r.size, r.modified_ms) == (info.size, info.modified_ms))
-                    or (r.backfilled and r.batch_id == REDELIVERY_BATCH) for r in rows):
+                    (r.key != UNREAD and (r.size, r.modified_ms) == (info.size, info.modified_ms))
+                    or (r.backfilled and r.key == UNREAD) for r in rows):
                 copies.append((FileInfo(path, info.size, info.modified_ms), earlier))
             elif rows:
                 skip = self._one(FileInfo(path, info.size, info.modified_ms), rows)
@@ -308,7 +314,7 @@ class Deliveries:
         """Settle one landing file whose path the ledger holds; a delivery to quarantine is
         returned (with its pending row, if a run stopped before moving it, and the reason)."""
         same = [r for r in rows if (r.size, r.modified_ms) == (info.size, info.modified_ms)]
-        copied = next((r for r in same if r.backfilled and r.batch_id == REDELIVERY_BATCH),
+        copied = next((r for r in same if r.backfilled and r.key == UNREAD),
                       None)
         if copied is not None and copied.status != FileStatus.INGESTED and (
                 copied.status == FileStatus.DELETED or not (
@@ -326,19 +332,19 @@ class Deliveries:
                 self.log.warning("bronze.file.already_ingested", path=info.path,
                                  ingested_by="a backfill", status=copied.status)
             return None
-        ingested = [r for r in rows if r.status in INGESTED and r.batch_id >= 0]
+        ingested = [r for r in rows if r.status in INGESTED and r.key != UNREAD]
         copy = max((r for r in same if r in ingested), key=lambda r: r.batch_id, default=None)
         if copy is not None:
             self._same_bytes(info, copy)
             return None
-        pending = [r for r in same if r.batch_id == REDELIVERY_BATCH]
+        pending = [r for r in same if r.key == UNREAD]
         unmoved = next((r for r in pending if r.location and not self.storage.exists(r.location)),
                        None)
         if unmoved is not None:  # its row is in, the move is not: a run stopped between them
             return info, unmoved, unmoved.error or "delivered again; redelivery: skip"
         if any(r.batch_id in self.replayable or r.status == FileStatus.FAILED for r in same):
             return None  # waits in landing for its batch's (or the reconcile's) move
-        earlier = max(ingested or [r for r in rows if r.batch_id >= 0] or rows,
+        earlier = max(ingested or [r for r in rows if r.key != UNREAD] or rows,
                       key=lambda r: r.batch_id)
         seen = f"{'ingested' if ingested else 'read'} (batch {earlier.batch_id})"
         if ingested and self.spec.source.redelivery is Redelivery.SKIP:
@@ -446,7 +452,7 @@ class Deliveries:
         """In one read, the ledger rows of ``paths`` and of files backfilled under ``keys``."""
         rows = read_table(self.spark, self.ledger) \
             .where(F.col("path").isin(sorted(set(paths)))
-                   | ((F.col("batch_id") >= BACKFILL_BASE)
+                   | (stored_in(F.col("batch_id"), Origin.BACKFILL)
                       & F.col("file_key").isin(sorted(set(keys))))) \
             .select("path", "size", "modification_time", "batch_id", "status", "location",
                     "error", "ingestion", "file_key") \
@@ -479,7 +485,7 @@ class Deliveries:
                          "location": location, "ingested_at": now, "updated_at": now,
                          "notes": f"ingested by a backfill (batch {earlier.batch_id}) from "
                                   f"{earlier.path}",
-                         "ingestion": Ingestion.BACKFILL.value, "file_key": earlier.file_key})
+                         "ingestion": Origin.BACKFILL.value, "file_key": earlier.file_key})
             self.log.warning("bronze.file.backfilled_earlier", path=info.path,
                              backfilled_from=earlier.path, batch_id=earlier.batch_id,
                              settled=status.value)

@@ -49,6 +49,8 @@ from bronze.debezium import ChangeEventReader
 from bronze.evolution import SchemaHistory, addable
 from bronze.ledger import (
     BatchCounts,
+    BatchKey,
+    Origin,
     batch_counts,
     commit_rows_per_file,
     ledger_frame,
@@ -142,10 +144,11 @@ class KnownFiles:
 class FileSource(Protocol):
     """Where a writer's batches of files come from, and how they are settled."""
 
-    def batch_of(self, query_batch: int) -> int:
-        """The batch's id in the lake (its ledger partition, rows and commit tags)."""
+    def batch_of(self, query_batch: int) -> BatchKey:
+        """The key of the query's batch: its origin and number (the lake stores
+        ``key.stored``: its ledger partition, rows' ``_batch_id`` and commit tags)."""
 
-    def planned(self, writer: FileBatchWriter, batch_id: int
+    def planned(self, writer: FileBatchWriter, key: BatchKey
                 ) -> tuple[dict[str, int], tuple[str, ...]]:
         """The batch's files (URI -> modification time in ms), and those left out of it."""
 
@@ -176,13 +179,13 @@ class LandingFiles:
 
     known: KnownFiles = field(default_factory=KnownFiles)
 
-    def batch_of(self, query_batch: int) -> int:
-        return query_batch
+    def batch_of(self, query_batch: int) -> BatchKey:
+        return BatchKey(Origin.LANDING, query_batch)
 
-    def planned(self, writer: FileBatchWriter, batch_id: int
+    def planned(self, writer: FileBatchWriter, key: BatchKey
                 ) -> tuple[dict[str, int], tuple[str, ...]]:
         """The files Spark's file source planned for the batch, from the checkpoint."""
-        return batch_source_files(writer.table.checkpoint, batch_id,
+        return batch_source_files(writer.table.checkpoint, key.number,
                                   storage=writer.storage), ()
 
     def unseen(self, writer: FileBatchWriter, files: dict[str, str], batch_id: int
@@ -278,14 +281,15 @@ class FileBatchWriter:
     # ------------------------------------------------------------------ one batch
     def write(self, batch: DataFrame | None, query_batch: int) -> Landed:
         """Write one batch, every file whole or not at all."""
-        batch_id = self.source.batch_of(query_batch)
-        log = self.log.bind(batch_id=batch_id)
+        key = self.source.batch_of(query_batch)
+        batch_id = key.stored
+        log = self.log.bind(batch_id=batch_id, origin=key.origin.value)
         if self.written(self.ledger, batch_id):
             # Replayed after its ledger commit: its rows are in, its files may still be moving.
             rows = read_batch(self.spark, self.locations[self.ledger], batch_id)
             log.info("bronze.batch.replayed", files=len(rows))
             return self._settle(batch_id, rows, batch_counts(batch_id, rows), committed=True)
-        planned, outside = self.source.planned(self, batch_id)
+        planned, outside = self.source.planned(self, key)
         files, skipped = self.source.unseen(self, {from_uri(p): p for p in planned}, batch_id)
         stats = {f: stat_or_none(self.storage, f) for f in files}
         failed = {f: why for f, info in stats.items() if (why := unreadable(info)) is not None}

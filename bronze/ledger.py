@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
@@ -36,14 +36,66 @@ from bronze.checks import rows_per_file
 from bronze.spec import FileStatus
 from framework.delta import literal_rows, read_table, version_rows
 
-# The first ledger batch of backfills (bronze.backfill): no landing query reaches it.
+# Where a backfill's batches start in the lake's numbering: no landing query reaches it.
 BACKFILL_BASE = 10**12
 
 
-class Ingestion(StrEnum):
-    """How a file came into the ledger, besides a landing delivery (null)."""
+class Origin(StrEnum):
+    """Where a bronze batch's files come from: the first part of its :class:`BatchKey`. The
+    ledger's ``ingestion`` column names a file's when it is not landing's (null)."""
 
+    LANDING = "landing"  # the feed's stream (a refresh reads its batches again under their keys)
     BACKFILL = "backfill"  # read in place from a historical folder (``medallion backfill``)
+    UNREAD = "unread"  # settled without a read: deliveries set aside, copies of backfilled files
+
+
+@dataclass(frozen=True, order=True)
+class BatchKey:
+    """A bronze batch's identity: its origin and the number its query gave it (none for the
+    files settled without a read).
+
+    The lake keeps it as one number, :attr:`stored` (the ledger's ``batch_id`` partition, the
+    rows' ``_batch_id`` and the commits' tags; the run history keeps the query's own number
+    under the query's id): landing's batches as numbered, a backfill's from
+    :data:`BACKFILL_BASE` on, the unread files' -1. Tables written before the key keep their
+    meaning, and a reader of the lake needs no other column to tell the batches apart."""
+
+    origin: Origin
+    number: int = 0
+
+    @property
+    def stored(self) -> int:
+        """The key as the lake stores it."""
+        if self.origin is Origin.UNREAD:
+            return -1
+        return self.number + (BACKFILL_BASE if self.origin is Origin.BACKFILL else 0)
+
+    @classmethod
+    def of(cls, stored: int) -> BatchKey:
+        """The key of a number the lake stores (see :attr:`stored`)."""
+        if stored < 0:
+            return cls(Origin.UNREAD)
+        if stored >= BACKFILL_BASE:
+            return cls(Origin.BACKFILL, stored - BACKFILL_BASE)
+        return cls(Origin.LANDING, stored)
+
+    def __str__(self) -> str:
+        if self.origin is Origin.UNREAD:
+            return "files settled without a read"
+        return f"{self.origin.value} batch {self.number}"
+
+
+def stored_in(column: Column, origin: Origin) -> Column:
+    """Whether the stored keys of ``column`` (a ``batch_id``) are of ``origin``."""
+    if origin is Origin.UNREAD:
+        return column < 0
+    if origin is Origin.BACKFILL:
+        return column >= BACKFILL_BASE
+    return (column >= 0) & (column < BACKFILL_BASE)
+
+
+# The ledger partition of files settled without a read.
+UNREAD = BatchKey(Origin.UNREAD)
 
 
 LEDGER_SCHEMA = StructType(

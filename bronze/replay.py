@@ -35,7 +35,7 @@ from bronze.backfill import in_place
 from bronze.batch import SOURCE_FILE, with_file_columns
 from bronze.filebatch import FileBatchWriter, Landed
 from bronze.job import Feed
-from bronze.ledger import BatchCounts, ledger_frame
+from bronze.ledger import BatchCounts, BatchKey, Origin, ledger_frame
 from bronze.reconcile import Reconciler
 from bronze.spec import BronzeTableSpec, CleanSource, FileStatus, ledger_path
 from framework.config.model import Layer, Table
@@ -138,12 +138,12 @@ class ReplayedFiles:
         return {local_path(r["location"]): r["path"] for r in self.batches.get(batch_id, [])
                 if replayed(r, self.replay_slice)}
 
-    def batch_of(self, query_batch: int) -> int:
-        return query_batch
+    def batch_of(self, query_batch: int) -> BatchKey:
+        return BatchKey(Origin.LANDING, query_batch)  # (a landing batch read again)
 
-    def planned(self, writer: FileBatchWriter, batch_id: int
+    def planned(self, writer: FileBatchWriter, key: BatchKey
                 ) -> tuple[dict[str, int], tuple[str, ...]]:
-        return {path: 0 for path in self.origin(batch_id)}, ()
+        return {path: 0 for path in self.origin(key.stored)}, ()
 
     def unseen(self, writer: FileBatchWriter, files: dict[str, str], batch_id: int
                ) -> tuple[dict[str, str], tuple[str, ...]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze.ledger import BACKFILL_BASE
+from bronze.ledger import BatchKey, Origin, stored_in
 from tests.support import (
     Lakehouse,
     archived_files,
@@ -90,7 +90,7 @@ def test_a_backfill_ingests_a_folder_in_place_once_beside_the_landing_feed(
     assert sorted(str(r["file_key"]) for r in backfilled) == [
         "2024/h-00000.json", "2024/h-00001.json", "2024/h-00002.json", "2025/h-00030.json",
         "2025/h-00031.json", "2025/h-00032.json", "empty.json", "part-00200.json"]
-    assert all(int(str(r["batch_id"])) >= BACKFILL_BASE for r in backfilled)
+    assert all(BatchKey.of(int(str(r["batch_id"]))).origin is Origin.BACKFILL for r in backfilled)
     failed = [r for r in backfilled if r["status"] == "failed"]
     assert [r["file_key"] for r in failed] == ["empty.json"]
     assert failed[0]["location"] == str(hist / "empty.json")  # left where it is
@@ -123,3 +123,21 @@ def test_a_backfill_refuses_the_feeds_own_folders(tmp_path: Path) -> None:
     assert cli(lake, "backfill", "orders", "--from", str(lake.path("archive"))) == 2
     assert cli(lake, "backfill", "orders", "--from", str(tmp_path / "h"), "--since",
                "2026-01-02", "--until", "2026-01-01") == 2
+
+
+def test_a_batch_key_names_its_origin_and_the_lake_stores_it_as_before(
+        spark: SparkSession) -> None:
+    """A bronze batch is keyed by its origin and its query's number; the lake keeps the
+    numbers it kept before the key (a backfill's from 10**12, the unread files' -1), so
+    a ledger written by an older version reads the same."""
+    keys = [BatchKey(Origin.LANDING, 0), BatchKey(Origin.LANDING, 7),
+            BatchKey(Origin.BACKFILL, 0), BatchKey(Origin.BACKFILL, 7), BatchKey(Origin.UNREAD)]
+    assert [k.stored for k in keys] == [0, 7, 10**12, 10**12 + 7, -1]
+    assert [BatchKey.of(k.stored) for k in keys] == keys
+    assert [str(k) for k in keys[1::2]] == ["landing batch 7", "backfill batch 7"]
+
+    stored = spark.createDataFrame([(k.stored,) for k in keys], "batch_id long")
+    by_origin = {o: sorted(r.batch_id for r in stored.where(stored_in(F.col("batch_id"), o))
+                           .collect()) for o in Origin}
+    assert by_origin == {Origin.LANDING: [0, 7], Origin.BACKFILL: [10**12, 10**12 + 7],
+                         Origin.UNREAD: [-1]}
