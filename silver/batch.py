@@ -231,12 +231,14 @@ class BatchWriter:
             F.current_timestamp().alias("_quarantined_at"),
         ), self.table.companion_location("quarantine"), batch_id)
 
-    @staticmethod
-    def _counted(metrics: Mapping[str, Any], at_risk: int, batch_id: int, log: Any) -> Refined:
+    def _counted(self, metrics: Mapping[str, Any], at_risk: int, batch_id: int,
+                 log: Any) -> Refined:
         written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
-        event = log.warning if any(rule_counts.values()) else log.info
+        # rows dropped or quarantined are the spec's design; a broken ``warn`` rule is news
+        warned = any(rule_counts.get(e.name) for e in self.rules if e.action is Action.WARN)
+        event = log.warning if warned else log.info
         event("silver.batch.committed", records=metrics["records"], rows_written=written,
               dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
               broken_rules=rule_counts)

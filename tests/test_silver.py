@@ -10,6 +10,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from structlog.testing import capture_logs
 
 from framework.config.model import Layer
 from framework.errors import ConfigValidationError
@@ -142,6 +143,28 @@ def test_expectations_split_every_row_into_good_dropped_and_quarantined(
                      "bad": ["cast:quantity", "positive_quantity", "small_order"]}
     kept = {r[0] for r in silver_df(spark, lakehouse).select("order_id").collect()}
     assert kept == {f"o{i}" for i in range(10)} | {f"w{i}" for i in range(4)}
+
+
+def test_a_batch_that_drops_or_quarantines_by_design_is_no_warning(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """Rows dropped or quarantined by their rules are the spec's design: the batch's event is
+    news (a warning) only when a ``warn`` rule broke."""
+    rules = [{"name": "positive_quantity", "rule": "quantity > 0", "action": "quarantine"},
+             {"name": "has_customer", "rule": "customer_id IS NOT NULL", "action": "drop"},
+             {"name": "small_order", "rule": "quantity < 100", "action": "warn"}]
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(expectations=rules))
+    schema = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAMP"
+    designed = [("o1", "c1", 1, BASE), ("q1", "c1", 0, BASE), ("d1", None, 2, BASE)]
+    write_delta_commits(spark, bronze_location(lakehouse), [designed, [("w1", "c1", 500, BASE)]],
+                        schema)
+    with capture_logs() as events:
+        summary, _ = run_silver(spark, lakehouse)
+    committed = [(e["log_level"], e["quarantined_rows"], e["dropped_rows"])
+                 for e in events if e["event"] == "silver.batch.committed"]
+    assert committed == [("info", 1, 1), ("warning", 0, 0)]
+    assert summary.counts["rule:small_order"] == 1
 
 
 @pytest.mark.parametrize("dedup", [False, True], ids=["plain", "dedup"])
