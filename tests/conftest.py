@@ -143,8 +143,8 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 def quickstart_lake(spark: SparkSession,
                     tmp_path_factory: pytest.TempPathFactory) -> QuickstartLake:
     """The lake the README's quickstart makes, once per worker: the README's test checks it,
-    the Spark Connect demo is compared with it, and tests/test_logging.py runs other README
-    commands on it (all in the "quickstart" xdist group)."""
+    the Spark Connect demo is compared with it, and tests/test_logging.py runs other commands
+    the documentation shows on it (all in the "quickstart" xdist group)."""
     return run_quickstart(spark, tmp_path_factory.mktemp("quickstart"))
 
 

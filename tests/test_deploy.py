@@ -200,7 +200,8 @@ def test_the_serverless_job_runs_the_same_tasks_in_an_environment_holding_the_wh
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.9")
     for name in ("AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET"):
         # dev reads these from the classic cluster's variables, which serverless does not set
-        # (README, "Serverless or a classic cluster"); set here, the roots are what is checked
+        # (docs/where-it-runs.md, "Serverless or a classic cluster"); set here, the roots are
+        # what is checked
         monkeypatch.setenv(name, f"canary-{name.lower()}")
     env = bundle["variables"]["env"]["default"]
     for name in {env, *(t.get("variables", {}).get("env", env)

@@ -296,10 +296,11 @@ def test_a_driver_jvm_that_cannot_start_says_why_and_the_command_exits_1(
     assert "Traceback" not in run.stderr
 
 
-# Other commands the README shows, cheap ones, on the quickstart's lake (none changes its
-# tables; the quickstart's own: tests/test_readme.py, the report's: tests/test_connect.py):
+# Other commands the documentation shows (docs/), cheap ones, on the quickstart's lake (none
+# changes its tables; the quickstart's own: tests/test_readme.py, the report's:
+# tests/test_connect.py):
 # what a person at a terminal sees, events as the console renders them.
-def _readme_commands() -> list[tuple[list[str], int]]:
+def _documented_commands() -> list[tuple[list[str], int]]:
     return [
         (["validate"], 0),
         (["init"], 0),
@@ -312,12 +313,12 @@ def _readme_commands() -> list[tuple[list[str], int]]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("quickstart")  # (its lake: tests/conftest.py)
-def test_the_readme_commands_print_their_own_lines_and_events_only(
+def test_the_documented_commands_print_their_own_lines_and_events_only(
         quickstart_lake: QuickstartLake) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
     env.update(MEDALLION_ROOT=str(quickstart_lake.root))
     foreign, failed = {}, {}
-    for args, code in _readme_commands():
+    for args, code in _documented_commands():
         done = subprocess.run([str(BIN / "medallion"), *args, "--log-format", "console"],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != code:

@@ -9,8 +9,8 @@ demo's figures must hold:
   each order under the segment its customer had when it was placed;
 * the quickstart's last command, the demo run again, changes no table;
 * no command prints a line of Spark's, Hadoop's or the JVM's log: each line of its output is
-  its own, or one of its events (the other commands the README shows are run on the same lake,
-  as a person at a terminal sees them)."""
+  its own, or one of its events (other commands the documentation shows are run on the same
+  lake, as a person at a terminal sees them)."""
 
 from __future__ import annotations
 
