@@ -255,8 +255,7 @@ class BronzeJob(StreamingJob):
 
     def file_batches(self) -> FileBatches:
         """The writer factory of the query's batches."""
-        replayable = range(self.source.batch_of(self.replayable.start).stored,
-                           self.source.batch_of(self.replayable.stop).stored)
+        replayable = range(self._stored(self.replayable.start), self._stored(self.replayable.stop))
         return self.feed.batches_of(
             self.source, replayable=replayable, writer_id=None, log_context=self.log_context,
             stop=self.ctx.stop, storage=None if is_connect(self.spark) else self.files)
@@ -266,19 +265,23 @@ class BronzeJob(StreamingJob):
         self.feed.fold(outcome)
 
     # ------------------------------------------------------------------ figures by batch
+    def _stored(self, query_batch: int) -> int:
+        """The number the lake stores for the query's batch (its key's, see BatchKey)."""
+        return self.source.batch_of(query_batch).stored
+
     def _counts(self, query_batch: int) -> BatchCounts | None:
-        return self.feed.batches.get(self.source.batch_of(query_batch).stored)
+        return self.feed.batches.get(self._stored(query_batch))
 
     def batch_rows(self, progress: BatchProgress) -> int:
         b = self._counts(progress.batch_id)
         return b.records if b else progress.input_rows
 
     def batch_figures(self, progress: BatchProgress) -> dict[str, int | None]:
-        figures = self.feed.figures(self.source.batch_of(progress.batch_id).stored)
+        figures = self.feed.figures(self._stored(progress.batch_id))
         return super().batch_figures(progress) if figures is None else figures
 
     def batch_schema_change(self, batch_id: int) -> str | None:
-        return self.feed.schema_changes.get(self.source.batch_of(batch_id).stored)
+        return self.feed.schema_changes.get(self._stored(batch_id))
 
     def batch_seconds(self, batch_id: int) -> dict[str, float]:
         b = self._counts(batch_id)
