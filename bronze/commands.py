@@ -165,8 +165,8 @@ def cmd_land(args: argparse.Namespace) -> int:
                          "time than the one before)")
     log = get_logger(env=project.env.name, table=table.full_name)
 
-    def landed(local_file: str, info: FileInfo) -> None:
-        log.info("landing.uploaded", file=local_file, target=info.path, bytes=info.size,
+    def landed(local_file: str, info: FileInfo) -> None:  # one line a file: the print's
+        log.debug("landing.uploaded", file=local_file, target=info.path, bytes=info.size,
                  modified_ms=info.modified_ms)
         print(f"landed: {info.path}", flush=True)
 

@@ -198,6 +198,15 @@ def test_land_uploads_whole_files_into_the_landing_folder_and_never_overwrites(
     assert main(_args(lakehouse, "land", "orders", str(export), "--log-format", "json")) == 1
     assert "expected no file" in capsys.readouterr().err
     assert main(_args(lakehouse, "land", "orders", str(tmp_path / "missing.json"))) == 2
+    capsys.readouterr()
+    more = [tmp_path / f"orders-000{i}.json" for i in (2, 3)]
+    for file in more:
+        file.write_text('{"order_id": "o2"}\n')
+    assert main(_args(lakehouse, "land", "orders", *map(str, more), "--log-format", "console")) \
+        == 0
+    out = capsys.readouterr()  # a line a file, at a terminal as in a job
+    assert out.out.splitlines() == [f"landed: {lakehouse.path('landing', 'orders', f.name)}"
+                                    for f in more] and out.err == ""
 
 
 # ---------------------------------------------------------------------- a lake from scratch
