@@ -24,6 +24,7 @@ from framework.commands import (
     Commands,
     at_least_one,
     common_options,
+    first_time,
     installed_commands,
     instant,
     lake_run_id,
@@ -450,6 +451,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     project = project_of(args)
     if not args.explain_pruning and _served_sql(project, args):
         return EXIT_OK
+    if first_time(project, "sql-without-serve"):
+        get_logger().info("sql.starting_spark", hint=SERVE_HINT)
     spark = spark_for(project, "medallion-sql")
     if args.explain_pruning:
         from framework.pruning import explain_pruning
@@ -464,6 +467,12 @@ def cmd_sql(args: argparse.Namespace) -> int:
     _print_rows(args, df.columns, [list(r) for r in rows],
                 [r.asDict(recursive=True) for r in rows])
     return EXIT_OK
+
+
+# Said on a lake's first query that starts Spark of its own.
+SERVE_HINT = ("this query starts Spark, which takes 15 to 30 s; `medallion serve` in another "
+              "terminal keeps it up and answers each query in about a second (stop it before "
+              "a run: it holds the lake)")
 
 
 def _served_sql(project: ProjectConfig, args: argparse.Namespace) -> bool:

@@ -158,6 +158,17 @@ def served_at(project: ProjectConfig) -> str | None:
     return holder.serves if holder is not None else None
 
 
+def first_time(project: ProjectConfig, what: str) -> bool:
+    """Whether ``what`` happens for the first time on this lake (a marker under the root's
+    ``_hints/``, made now); False when the root's store needs Spark."""
+    from framework.storage import storage_for
+
+    env = project.env
+    if not _reachable_without_spark(env):
+        return False
+    return storage_for(env.root, env).create(env.path("_hints", what), b"")
+
+
 def lake_run_id() -> str | None:
     """The run id of the lease this process holds (None without one)."""
     return _Lake.lease.run_id if _Lake.lease is not None else None

@@ -155,9 +155,17 @@ def test_status_reports_rows_batches_and_backlog(
 def test_sql_prints_a_table(
     spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(_args(lakehouse, "sql", "SELECT 1 AS one, 'x' AS two", "--log-format",
-                      "json")) == 0
-    assert capsys.readouterr().out.splitlines() == ["one | two", "----+----", "1   | x", "(1 row)"]
+    query = "SELECT 1 AS one, 'x' AS two"
+    assert main(_args(lakehouse, "sql", query, "--log-format", "json")) == 0
+    first = capsys.readouterr()
+    assert first.out.splitlines() == ["one | two", "----+----", "1   | x", "(1 row)"]
+    # the lake's first query that starts Spark says how to get answers in about a second;
+    # the next ones do not
+    hints = [json.loads(line)["hint"] for line in first.err.splitlines()
+             if '"sql.starting_spark"' in line]
+    assert len(hints) == 1 and "`medallion serve`" in hints[0]
+    assert main(_args(lakehouse, "sql", query, "--log-format", "console")) == 0
+    assert "medallion serve" not in capsys.readouterr().err
 
 
 def test_sql_says_when_it_cuts_its_output_in_both_formats(
