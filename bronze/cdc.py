@@ -63,6 +63,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from framework.columns import Column, normal_type
 from framework.config.model import SqlKind, SqlText
 from framework.config.types import Model
 from framework.errors import ConfigError
@@ -182,6 +183,17 @@ def cdc_fields(cdc: CdcSpec, types: dict[str, DataType]) -> list[StructField]:
     """The change columns after the row's: ``_cdc_op``, ``_cdc_ts_ms``, ``_cdc_sequence``."""
     return [StructField(OP, StringType()), StructField(TS_MS, LongType()),
             StructField(SEQUENCE, sequence_type(cdc, types))]
+
+
+def declared_change_columns(cdc: CdcSpec | None) -> list[Column]:
+    """The change columns of a feed as its spec declares them (:mod:`framework.columns`),
+    without Spark: their types as written."""
+    if cdc is None:
+        return []
+    fields = cdc.fields()
+    sequence = normal_type(fields[0].type) if len(fields) == 1 else \
+        "struct<" + ",".join(f"{f.name}:{normal_type(f.type)}" for f in fields) + ">"
+    return [Column(OP, "string"), Column(TS_MS, "bigint"), Column(SEQUENCE, sequence)]
 
 
 def change_columns(cdc: CdcSpec | None) -> list[StructField]:

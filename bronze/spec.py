@@ -10,8 +10,10 @@ from typing import ClassVar
 
 from pydantic import Field, PositiveInt, model_validator
 
-from bronze.cdc import CdcSpec, cdc_problems
+from bronze.cdc import CdcSpec, cdc_problems, declared_change_columns
+from framework.columns import Column, Columns, ddl_columns
 from framework.config.model import (
+    Inputs,
     Layer,
     ProjectConfig,
     Rebuild,
@@ -45,6 +47,14 @@ def ledger_path(source_file: str) -> str:
 
 
 OLD_URI = re.compile(r"^(file:|[A-Za-z0-9]+:/(?!/))")
+
+
+# The ingestion columns bronze adds to a feed's rows, as declared (those of
+# bronze.batch.METADATA_FIELDS).
+INGESTION_COLUMNS = (Column("_source_file", "string"),
+                     Column("_file_modification_time", "timestamp"),
+                     Column("_file_size", "bigint"), Column("_ingested_at", "timestamp"),
+                     Column("_batch_id", "bigint"))
 
 
 class SourceFormat(StrEnum):
@@ -192,6 +202,17 @@ class BronzeTableSpec(TableSpec):
         schema = self.source.schema_
         return [*([SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []),
                 *(self.cdc.sql_texts() if self.cdc else [])]
+
+    def declared_columns(self, table: Table, inputs: Inputs) -> Columns | None:
+        """The DDL's columns, then the change columns (``cdc``), the rescued column and the
+        ingestion columns, as :func:`bronze.batch.bronze_schema` makes them; None without a
+        DDL this reading understands."""
+        records = ddl_columns(self.source.schema_) if self.source.schema_ else None
+        if records is None:
+            return None
+        rescued = [Column(self.rescued_column, "string")] if self.rescued_column else []
+        return Columns(table.full_name, (*records, *declared_change_columns(self.cdc),
+                                         *rescued, *INGESTION_COLUMNS))
 
     def check(self, table: Table) -> list[ConfigError]:
         problems = cdc_problems(self.cdc, json_feed=self.source.format is SourceFormat.JSON,

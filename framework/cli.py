@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import __version__
@@ -256,7 +257,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     could be read (Spark parses and plans it; none with ``--no-spark``)."""
     from framework.config.loader import load_checked
 
-    project, problems = load_checked(args.conf, args.env)
+    project, problems = load_checked(args.conf, args.env, columns=True)
     lake = None
     if project is not None and not args.no_spark:
         from framework.sqlcheck import parser_session, sql_problems
@@ -264,9 +265,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # the lake's session first, when it has tables (a bare parser session would be the
         # one every later getOrCreate returns, without Delta)
         lake = _lake_session(project)
-        problems += sql_problems(lake or parser_session(project.env), project)
+        said = {(p.file, p.key) for p in problems}  # a key's problem is said once
+        problems += [p for p in sql_problems(lake or parser_session(project.env), project)
+                     if (p.file, p.key) not in said]
     if problems:
-        raise ConfigValidationError(problems)
+        notes = [] if args.no_spark else _unchecked(args.conf, project)
+        raise ConfigValidationError(problems, notes)
     assert project is not None
     by_layer: dict[str, list[str]] = {}
     for t in project.tables:
@@ -282,6 +286,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if lake is not None:
         _warn_stale(lake, project)
     return EXIT_OK
+
+
+def _unchecked(conf: str | None, project: ProjectConfig | None) -> list[str]:
+    """A line for each table spec whose SQL Spark did not check: one that could not be read
+    (or, without a valid environment, every one); and for each table reading one, directly
+    or not, whose columns Spark could not resolve."""
+    from framework.config.loader import default_conf_dir
+
+    folder = Path(project.conf_dir if project else conf or default_conf_dir()) / "tables"
+    read = {t.source_file for t in project.tables} if project else set()
+    notes = [f"{spec.parent.name}.{spec.stem}: SQL not checked with Spark until the problems "
+             f"above are fixed ({spec})"
+             for spec in sorted(folder.glob("*/*.y*ml")) if str(spec) not in read]
+    if project is None:
+        return notes
+    present = {(t.layer, t.name) for t in project.tables}
+    layers = {layer.value for layer in Layer}
+    unknown = {(Layer(s.parent.name), s.stem) for s in folder.glob("*/*.y*ml")
+               if s.parent.name in layers and str(s) not in read} - present
+    for t in project.in_flow_order(project.tables):
+        unread = [f"{layer.value}.{name}" for layer, name in t.spec.upstream()
+                  if (layer, name) in unknown]
+        if unread:
+            unknown.add((t.layer, t.name))
+            notes.append(f"{t.layer.value}.{t.name}: columns not resolved with Spark until "
+                         f"the problems of {', '.join(unread)} above are fixed")
+    return notes
 
 
 def _lake_session(project: ProjectConfig) -> Any:

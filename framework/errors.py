@@ -91,10 +91,11 @@ class ConfigValidationError(ConfigError):
 
     kind = "invalid configuration"
 
-    def __init__(self, errors: Sequence[ConfigError]) -> None:
+    def __init__(self, errors: Sequence[ConfigError], notes: Sequence[str] = ()) -> None:
         self.errors: tuple[ConfigError, ...] = tuple(errors)
         lines = [f"{len(self.errors)} configuration problem(s):"]
         lines += [f"  - [{e.kind}] {e}" for e in self.errors]
+        lines += notes  # what could not be checked because of them
         super().__init__("\n".join(lines))
         self.detail = "\n".join(lines)
 

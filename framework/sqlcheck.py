@@ -20,7 +20,7 @@ from pyspark.errors import AnalysisException
 from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import DataType, NullType, StructType, TimestampType
 
 from framework.config.model import Environment, Layer, ProjectConfig, SqlKind, SqlText
 from framework.errors import ConfigError, first_line
@@ -129,6 +129,19 @@ def grouping_problems(df: DataFrame, described: str, columns: Sequence[tuple[str
             problems.append(ConfigError(f"expected an aggregate over the columns of "
                                         f"{described}, found {text!r}: {reason}", key=key))
     return problems
+
+
+def not_event_time(df: DataFrame, column: str) -> str | None:
+    """The type of ``column`` of ``df`` when a watermark cannot take it as event time (Spark
+    takes a TIMESTAMP, or a window's struct whose end is one), else None; None too for a
+    column ``df`` does not resolve (reported as such)."""
+    try:
+        kind = df.select(F.col(column)).schema.fields[0].dataType
+    except AnalysisException:
+        return None
+    if isinstance(kind, StructType) and "end" in kind.names:
+        kind = kind["end"].dataType
+    return None if isinstance(kind, TimestampType | NullType) else kind.simpleString()
 
 
 def quiet_query_loggers() -> Any:

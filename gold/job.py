@@ -42,7 +42,7 @@ from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import get_logger
 from framework.microbatch import Outcome
-from framework.sqlcheck import grouping_problems
+from framework.sqlcheck import grouping_problems, not_event_time
 from framework.staleness import record as record_spec
 from gold.spec import AggregateSpec, OutputMode, WindowType
 
@@ -73,6 +73,13 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     columns += [(f"group_by[{i}]", key) for i, key in enumerate(spec.group_by)]
     problems = grouping_problems(df, name, columns, [
         (f"aggregates[{i}].expr", a.expr) for i, a in enumerate(spec.aggregates)])
+    found = not_event_time(df, spec.event_time)
+    if found:
+        problems.append(ConfigError(
+            f"expected event_time to name a TIMESTAMP column of {name} (Spark's watermark "
+            f"takes no other), found {spec.event_time} of type {found}: make it one in the "
+            f'spec of {name} (type: timestamp on its column, or expr: "to_timestamp(...)")',
+            key="event_time"))
     try:
         if not problems:
             return aggregate_windows(df, spec).schema, problems

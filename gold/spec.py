@@ -47,7 +47,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from framework.columns import Column, Columns, TimeKind, time_kind
 from framework.config.model import (
+    Inputs,
     Layer,
     ProjectConfig,
     Rebuild,
@@ -64,6 +66,7 @@ from framework.eventtime import check_interval, split_commits_advice
 from framework.layers import Kinds
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_date")
+WINDOW_TYPES = ("timestamp", "timestamp", "date")
 
 
 def _interval(value: str | None, positive: bool = True) -> str | None:
@@ -268,6 +271,33 @@ class AggregateSpec(GoldSpec):
             src.layer, src.table), "aggregates event-time windows with a watermark",
             src.max_files_per_trigger, None)
 
+    def declared_columns(self, table: Table, inputs: Inputs) -> Columns | None:
+        """The window's columns, the group keys (typed as the source's), the aggregates (of
+        types known when it runs)."""
+        source = inputs.get((self.source.layer, self.source.table))
+        keys = [(source.get(k) if source else None) or Column(k) for k in self.group_by]
+        return Columns(table.full_name, (
+            *(Column(n, t) for n, t in zip(WINDOW_COLUMNS, WINDOW_TYPES, strict=True)),
+            *(Column(k, c.type) for k, c in zip(self.group_by, keys, strict=True)),
+            *(Column(a.name) for a in self.aggregates)))
+
+    def column_problems(self, table: Table, inputs: Inputs) -> list[ConfigError]:
+        """The event time and group keys the source does not have; an event time that is not
+        a timestamp."""
+        source = inputs.get((self.source.layer, self.source.table))
+        if source is None:
+            return []
+        problems = [source.missing("event_time", self.event_time),
+                    *(source.missing(f"group_by[{i}]", k) for i, k in enumerate(self.group_by))]
+        column = source.get(self.event_time)
+        if column is not None and time_kind(column) is TimeKind.OTHER:
+            problems.append(ConfigError(
+                f"expected event_time to name a TIMESTAMP column of {source.table} (Spark's "
+                f"watermark takes no other), found {column.name} of type {column.type}: make it "
+                f"one in the spec of {source.table} (type: timestamp on its column, or expr: "
+                f'"to_timestamp({column.name})")', key="event_time"))
+        return [p for p in problems if p is not None]
+
     def check(self, table: Table) -> list[ConfigError]:
         problems: list[ConfigError] = []
 
@@ -353,6 +383,52 @@ class MartSpec(GoldSpec):
                 f"nothing finer); partition {fact.name} by {dim.fact_keys[0]} "
                 f"(partition_by in {fact.source_file})")
         return advice
+
+    def declared_columns(self, table: Table, inputs: Inputs) -> Columns | None:
+        """The grouping's columns, or the join's: the fact's, then each dimension's taken;
+        None when a table it joins has columns not known."""
+        joined = self._joined(inputs)
+        if joined is None:
+            return None
+        if self.group_by or self.aggregates:
+            keys = [joined.get(k) or Column(k) for k in self.group_by]
+            return Columns(table.full_name, (*(Column(k, c.type) for k, c in zip(
+                self.group_by, keys, strict=True)), *(Column(a.name) for a in self.aggregates)))
+        return Columns(table.full_name, joined.fields)
+
+    def _joined(self, inputs: Inputs) -> Columns | None:
+        """The join's columns (as :class:`gold.mart.MartPlan` takes them), or None."""
+        fact = inputs.get((self.fact.layer, self.fact.table))
+        dims = [inputs.get((d.layer, d.table)) for d in self.dimensions]
+        if fact is None or any(d is None for d in dims):
+            return None
+        fields = list(fact.fields)
+        for dim, columns in zip(self.dimensions, dims, strict=True):
+            assert columns is not None
+            wanted = dim.columns or [c for c in columns.names if c not in dim.dim_keys
+                                     and not c.startswith("_")]
+            taken = {f.name for f in fields}
+            fields += [c for c in columns.fields if c.name in wanted and c.name not in taken]
+        return Columns("the mart's join", tuple(fields))
+
+    def column_problems(self, table: Table, inputs: Inputs) -> list[ConfigError]:
+        """The join keys and columns the fact and dimensions do not have (of those whose
+        columns are known), the group keys the join does not give."""
+        fact = inputs.get((self.fact.layer, self.fact.table))
+        problems = []
+        for i, dim in enumerate(self.dimensions):
+            columns = inputs.get((dim.layer, dim.table))
+            if fact is not None:
+                problems += [fact.missing(f"dimensions[{i}].on", k) for k in dim.fact_keys]
+                if dim.as_of:
+                    problems.append(fact.missing(f"dimensions[{i}].as_of", dim.as_of))
+            if columns is not None:
+                problems += [columns.missing(f"dimensions[{i}].{key}", c) for key, names in (
+                    ("on", dim.dim_keys), ("columns", dim.columns)) for c in names]
+        joined = self._joined(inputs)
+        if joined is not None and not any(problems):
+            problems += [joined.missing(f"group_by[{i}]", k) for i, k in enumerate(self.group_by)]
+        return [p for p in problems if p is not None]
 
     def check(self, table: Table) -> list[ConfigError]:
         problems: list[ConfigError] = []

@@ -51,7 +51,7 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.microbatch import Outcome, TableBatches
-from framework.sqlcheck import analysis_problem
+from framework.sqlcheck import analysis_problem, not_event_time
 from framework.staleness import record as record_spec
 from silver.batch import (
     BATCH_ID,
@@ -131,24 +131,42 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             [], StructType([_planned_field(df, c, failed) for c in spec.columns]))
     except AnalysisException:  # a column from the source's hidden _metadata: known at run time
         return None, problems
-    for i, e in enumerate(spec.expectations):
-        reason = analysis_problem(out.selectExpr, e.rule)
-        if reason:
-            problems.append(ConfigError(f"expected a rule over the columns of {table.full_name}, "
-                                        f"found {e.rule!r}: {reason}",
-                                        key=f"expectations[{i}].rule"))
-            continue
-        kind = out.selectExpr(e.rule).schema.fields[0].dataType
-        if not isinstance(kind, BooleanType | NullType):
-            problems.append(ConfigError(f"expected a rule that is true or false for each row "
-                                        f"(a boolean), found {e.rule!r} of type "
-                                        f"{kind.simpleString()}", key=f"expectations[{i}].rule"))
+    problems += _row_problems(spec, table, out)
     planned = StructType([f for f in out.schema.fields if f.name != CAST_ERRORS])
     changes, keyed = spec.changes, keyed_changes(spec)
     if changes and keyed and not changes.check_settings(spec.mode.value) \
             and not changes.check_columns(spec.mode.value, set(planned.names)):
         planned = table_schema(keyed, planned)
     return planned, problems
+
+
+def _row_problems(spec: SilverTableSpec, table: Table, out: DataFrame) -> list[ConfigError]:
+    """The problems of what is resolved against the table's rows ``out``: each rule, the
+    conditions of changes (``deletes``, ``truncates``), the event time's type."""
+    problems = []
+    conditions = [(f"expectations[{i}].rule", "rule", e.rule)
+                  for i, e in enumerate(spec.expectations)]
+    if spec.changes:
+        conditions += [(t.key, "condition", t.text) for t in spec.changes.sql_texts(
+            spec.mode.value)]
+    for key, what, text in conditions:
+        reason = analysis_problem(out.selectExpr, text)
+        if reason:
+            problems.append(ConfigError(f"expected a {what} over the columns of "
+                                        f"{table.full_name}, found {text!r}: {reason}", key=key))
+            continue
+        kind = out.selectExpr(text).schema.fields[0].dataType
+        if not isinstance(kind, BooleanType | NullType):
+            problems.append(ConfigError(f"expected a {what} that is true or false for each row "
+                                        f"(a boolean), found {text!r} of type "
+                                        f"{kind.simpleString()}", key=key))
+    found = not_event_time(out, spec.event_time) if spec.event_time else None
+    if found:
+        problems.append(ConfigError(
+            f"expected event_time to name a TIMESTAMP column (Spark's watermark takes no "
+            f"other), found {spec.event_time} of type {found}: give its column type: "
+            f'timestamp, or expr: "to_timestamp({spec.event_time})"', key="event_time"))
+    return problems
 
 
 def _not_a_type(text: str) -> bool:

@@ -36,7 +36,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from framework.columns import Column, Columns, TimeKind, normal_type, time_kind
 from framework.config.model import (
+    Inputs,
     Layer,
     ProjectConfig,
     Rebuild,
@@ -399,11 +401,103 @@ class SilverTableSpec(TableSpec):
         if self.changes:
             yield from self.changes.check_columns(self.mode.value, out)
 
+    def declared_columns(self, table: Table, inputs: Inputs) -> Columns | None:
+        """Its rows' columns (:meth:`rows`), then with changes without ``except_columns`` and
+        (SCD2) with the version columns, typed by ``sequence_by``; None with transforms (one
+        may change the columns)."""
+        rows = self.rows(inputs)
+        if rows is None or self.transforms:
+            return None
+        changes, fields = self.changes, list(rows.fields)
+        if changes is not None:
+            from framework.changes import DELETED, END_AT, IS_CURRENT, START_AT
+
+            fields = [c for c in fields if c.name not in changes.except_columns]
+            if isinstance(changes, Scd2):
+                sequence = rows.get(changes.sequence)
+                at = sequence.type if sequence else None
+                fields += [Column(START_AT, at), Column(END_AT, at),
+                           Column(IS_CURRENT, "boolean"), Column(DELETED, "boolean")]
+        return Columns(table.full_name, tuple(fields))
+
+    def rows(self, inputs: Inputs) -> Columns | None:
+        """The columns silver selects from its source: ``columns``, typed as stated, else as
+        the source's column (an expression's unknown); without them the source's but those
+        starting with ``_`` (named as the source's, for messages). None when they cannot be
+        known (no ``columns``, and a source whose columns are unknown)."""
+        source = inputs.get((self.source.layer, self.source.table))
+        if not self.columns:
+            return None if source is None else Columns(source.table, tuple(
+                c for c in source.fields if not c.name.startswith("_")))
+        fields = []
+        for c in self.columns:
+            found = source.get(c.from_ or c.name) if source and not c.expr else None
+            kind = normal_type(c.type) if c.type else found.type if found else None
+            fields.append(Column(c.name, kind))
+        return Columns(f"the columns of {self.name}", tuple(fields))
+
+    def column_problems(self, table: Table, inputs: Inputs) -> list[ConfigError]:
+        """Each column taken from the source that it does not have; without ``columns``, each
+        key naming a column the source does not give silver; an event time that is not a
+        timestamp. With transforms, only the columns taken (the rest may change)."""
+        source = inputs.get((self.source.layer, self.source.table))
+        problems = []
+        for i, c in enumerate(self.columns):
+            if source is not None and not c.expr:
+                key = f"columns[{i}].{'from' if c.from_ else 'name'}"
+                problems.append(source.missing(key, c.from_ or c.name))
+        rows = self.rows(inputs)
+        if rows is not None and not self.transforms:
+            if not self.columns and source is not None:
+                problems += [_source_only(source, key, name) for key, name in self._named()]
+            problems.append(self._event_time_problem(rows))
+        return [p for p in problems if p is not None]
+
+    def _named(self) -> Iterator[tuple[str, str]]:
+        """(key, column) for each setting naming an output column."""
+        for key, cols in (("partition_by", self.partition_by), ("cluster_by", self.cluster_by),
+                          ("bucket_by", self.bucket_by), ("sort_by", self.sort_by),
+                          ("event_time", [self.event_time] if self.event_time else []),
+                          ("dedup.keys", self.dedup.keys if self.dedup else [])):
+            yield from ((key, c) for c in cols)
+        if self.changes:
+            for key, cols in self.changes.named_columns():
+                yield from ((f"{self.mode.value}.{key}", c) for c in cols)
+
+    def _event_time_problem(self, rows: Columns) -> ConfigError | None:
+        """Why ``event_time`` cannot be a watermark's event time, from its declared type."""
+        column = rows.get(self.event_time) if self.event_time else None
+        if column is None or time_kind(column) is not TimeKind.OTHER:
+            return None
+        at = next((i for i, c in enumerate(self.columns) if c.name == column.name), None)
+        origin = self.columns[at].expr or self.columns[at].from_ or column.name \
+            if at is not None else column.name
+        cast = f'expr: "to_timestamp({origin})" (or "cast({origin} AS timestamp)")'
+        fix = (f"give columns[{at}] type: timestamp, or {cast}" if at is not None
+               else f"list it in columns with {{name: {column.name}, type: timestamp}} (and "
+               f"every other column to keep), or with {cast}")
+        return ConfigError(f"expected event_time to name a TIMESTAMP column (Spark's watermark "
+                           f"takes no other), found {column.name} of type {column.type}: "
+                           f"{fix}", key="event_time")
+
     def _transform_problems(self) -> Iterator[tuple[str, str]]:
         for i, path in enumerate(self.transforms):
             reason = _import_problem(path)
             if reason:
                 yield (f"transforms[{i}]", reason)
+
+
+def _source_only(source: Columns, key: str, name: str) -> ConfigError | None:
+    """The problem of ``key`` naming ``name`` as a column silver takes from ``source`` without
+    ``columns`` (all but those starting with ``_``), else None."""
+    column = source.get(name)
+    if column is None:
+        return source.missing(key, name)
+    if not column.name.startswith("_"):
+        return None
+    return ConfigError(f"expected a column silver takes from {source.table} without columns "
+                       f"(all but those starting with _), found {name!r}: list the columns to "
+                       f"keep in columns, with {{name: {column.name}}}", key=key)
 
 
 def load_transform(path: str) -> Any:

@@ -228,7 +228,8 @@ def test_validate_has_spark_parse_every_schema_type_and_expression(
         "source": "orders",
         "columns": [{"name": "order_id"},
                     {"name": "quantity", "expr": "quantity *", "type": "decimal(10,2"},
-                    {"name": "amount", "expr": "quantity * 2", "type": "decimal(12,2)"}],
+                    {"name": "amount", "expr": "quantity * 2", "type": "decimal(12,2)"},
+                    {"name": "event_time", "expr": "current_timestamp()"}],
         "expectations": [{"name": "positive", "rule": "quantity > 0"},
                          {"name": "known", "rule": "is_known(order_id)"}]})
     lakehouse.add_table("gold", "totals", hourly_totals(

@@ -36,7 +36,7 @@ def silver_location(lakehouse: Lakehouse, name: str) -> str:
 
 
 def with_silver_orders(lakehouse: Lakehouse) -> None:
-    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("bronze", "orders", bronze_spec(schema=SALES))
     lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time"))
 
 
@@ -300,7 +300,7 @@ def test_validate_warns_when_the_fact_is_not_partitioned_by_the_join_key(
     lakehouse: Lakehouse
 ) -> None:
     with_silver_orders(lakehouse)
-    lakehouse.add_table("bronze", "stores", bronze_spec())
+    lakehouse.add_table("bronze", "stores", bronze_spec(schema="store_id STRING, region STRING"))
     lakehouse.add_table("silver", "stores", {"source": "stores"})
     lakehouse.add_table("gold", "store_sales", aggregate_spec(
         WINDOWS["tumbling"][0], partition_by=["window_date"]))

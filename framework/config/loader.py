@@ -12,12 +12,14 @@ import os
 import types
 import typing
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from framework.columns import Columns
 from framework.config.model import Environment, Layer, ProjectConfig, Table, TableSpec
 from framework.errors import (
     ConfigError,
@@ -66,10 +68,12 @@ def load_project(conf_dir: str | Path | None = None, env: str | None = None) -> 
 _SpecFile = tuple[Layer, TableSpec, str]
 
 
-def load_checked(conf_dir: str | Path | None = None, env: str | None = None
-                 ) -> tuple[ProjectConfig | None, list[ConfigError]]:
+def load_checked(conf_dir: str | Path | None = None, env: str | None = None, *,
+                 columns: bool = False) -> tuple[ProjectConfig | None, list[ConfigError]]:
     """Every problem of the configuration, and the project of the valid specs (for
-    ``validate`` to check their SQL in the same pass; None without a valid environment)."""
+    ``validate`` to check their SQL in the same pass; None without a valid environment).
+    With ``columns``, also each key naming a column its source does not declare
+    (:mod:`framework.columns`)."""
     conf = Path(conf_dir) if conf_dir is not None else default_conf_dir()
     env_name = env or os.environ.get("MEDALLION_ENV", DEFAULT_ENV)
     errors: list[ConfigError] = []
@@ -89,6 +93,9 @@ def load_checked(conf_dir: str | Path | None = None, env: str | None = None
         return None, errors
     tables = [Table(spec, layer, environment, file) for layer, spec, file in specs]
     errors += _check_tables(tables)
+    if columns:
+        errors += _column_problems(ProjectConfig(env=environment, tables=tuple(tables),
+                                                 conf_dir=str(conf)))
     tables += [Table(spec, layer, environment, file) for layer, spec, file in partial]
     return ProjectConfig(env=environment, tables=tuple(tables), conf_dir=str(conf)), errors
 
@@ -161,6 +168,23 @@ def _check_tables(tables: list[Table]) -> list[ConfigError]:
             problem.file = problem.file or table.source_file
             errors.append(problem)
     return errors
+
+
+def _column_problems(project: ProjectConfig) -> list[ConfigError]:
+    """The keys of the specs read whole that name a column their source does not declare
+    (:mod:`framework.columns`); a table defined twice is left to its own error."""
+    names = [(t.layer, t.name) for t in project.tables]
+    once = [t for t in project.tables if names.count((t.layer, t.name)) == 1]
+    known: dict[tuple[Layer, str], Columns] = {}
+    problems = []
+    for table in replace(project, tables=tuple(once)).in_flow_order(once):
+        for problem in table.spec.column_problems(table, known):
+            problem.file = problem.file or table.source_file
+            problems.append(problem)
+        declared = table.spec.declared_columns(table, known)
+        if declared is not None:
+            known[(table.layer, table.name)] = declared
+    return problems
 
 
 def _valid_part(model: type[M], data: dict[str, Any]) -> M | None:

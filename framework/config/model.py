@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from framework.columns import Columns
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
 from framework.errors import SessionError
@@ -268,6 +269,10 @@ def _is_reference(value: object) -> bool:
     return True
 
 
+# The columns declared by the tables already seen, by (layer, short name).
+Inputs = Mapping[tuple[Layer, str], Columns]
+
+
 class SqlKind(StrEnum):
     """What a piece of SQL in a spec must parse as (see ``framework.sqlcheck``)."""
 
@@ -350,6 +355,17 @@ class TableSpec(Model):
     def sql_texts(self) -> list[SqlText]:
         """The spec's SQL (schemas, types, expressions), for Spark's parser to check in
         ``medallion validate``."""
+        return []
+
+    def declared_columns(self, table: Table, inputs: Inputs) -> Columns | None:
+        """The table's columns as its spec declares them, from those of the tables it reads
+        (``inputs``: the ones known); None when they cannot be known without data
+        (:mod:`framework.columns`)."""
+        return None
+
+    def column_problems(self, table: Table, inputs: Inputs) -> list[ConfigError]:
+        """Each key naming a column of a table it reads (among ``inputs``) that the table does
+        not declare, or whose type cannot serve (an event time that is no timestamp)."""
         return []
 
     def advise(self, table: Table, project: ProjectConfig) -> list[str]:
