@@ -165,7 +165,14 @@ def _quiet(names: Iterable[str]) -> Iterator[None]:
 
 def _problem(spark: SparkSession, text: SqlText) -> str | None:
     if text.kind is SqlKind.EXPRESSION:
-        return analysis_problem(spark.range(0).selectExpr, text.text, any_column=True)
+        reason = analysis_problem(spark.range(0).selectExpr, text.text, any_column=True)
+        # Spark takes a trailing word for the column's alias ('amount > 0 AND' is 'amount > 0'
+        # named AND), which the spec's own name replaces: in parentheses it does not parse.
+        if reason is None and analysis_problem(spark.range(0).selectExpr, f"({text.text}\n)",
+                                               any_column=True):
+            return ("it ends in a word Spark takes for the column's name (an alias), not part "
+                    "of the expression: an operator without its right side?")
+        return reason
     try:
         if text.kind is SqlKind.SCHEMA:
             parse_schema(text.text)

@@ -149,22 +149,25 @@ def test_a_misspelt_aggregate_and_a_broken_rule_are_found_in_the_first_pass(
     lakehouse.add_table("silver", "orders", {
         "source": "orders", "event_time": "event_time",
         "expectations": [{"name": "positive", "rule": "amount > 0 AND"}],
-        "dedup": {"keys": ["order_id"], "delay": "1 dya"}})  # a problem of the configuration
+        "dedup": {"keys": ["order_id"], "delay": "1 hour"}})
     lakehouse.add_table("gold", "totals", {
         "source": "orders", "event_time": "event_time", "watermark": "1 hour",
         "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["ordr_id"],
-        "aggregates": [{"name": "total", "expr": "sum(amout)"}]})
+        "aggregates": [{"name": "total", "expr": "sum(amout)"}],
+        "output_mode": "sometimes"})  # a problem of the configuration
 
     code, problems = validate(lakehouse, capsys)
     assert code == 2
     assert sorted(problems) == ["gold/totals.yaml:aggregates[0].expr",
-                                "gold/totals.yaml:group_by[0]", "silver/orders.yaml:dedup.delay",
+                                "gold/totals.yaml:group_by[0]", "gold/totals.yaml:output_mode",
                                 "silver/orders.yaml:expectations[0].rule"]
-    assert "found 'amount > 0 AND': [PARSE_SYNTAX_ERROR]" in \
-        problems["silver/orders.yaml:expectations[0].rule"]
+    assert problems["silver/orders.yaml:expectations[0].rule"] == (
+        "expected a Spark SQL expression such as 'sum(amount)' or 'quantity > 0', found "
+        "'amount > 0 AND': it ends in a word Spark takes for the column's name (an alias), not "
+        "part of the expression: an operator without its right side?")
     assert "found 'sum(amout)': [UNRESOLVED_COLUMN" in \
         problems["gold/totals.yaml:aggregates[0].expr"]
-    # (silver's spec has a problem: its columns are resolved by Spark alone)
+    # (the spec has a problem of its own: its columns are resolved by Spark alone)
     assert "found 'ordr_id': [UNRESOLVED_COLUMN" in problems["gold/totals.yaml:group_by[0]"]
 
 
