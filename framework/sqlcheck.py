@@ -12,6 +12,7 @@ expression naming a column is accepted as long as it parses and its functions ex
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -131,6 +132,11 @@ def grouping_problems(df: DataFrame, described: str, columns: Sequence[tuple[str
     return problems
 
 
+# Words that join or compare, never a column's name at the end of an expression.
+OPERATOR_WORDS = frozenset({"AND", "OR", "NOT", "IS", "IN", "LIKE", "ILIKE", "RLIKE", "REGEXP",
+                            "BETWEEN", "DIV", "XOR"})
+
+
 def not_event_time(df: DataFrame, column: str) -> str | None:
     """The type of ``column`` of ``df`` when a watermark cannot take it as event time (Spark
     takes a TIMESTAMP, or a window's struct whose end is one), else None; None too for a
@@ -168,8 +174,11 @@ def _problem(spark: SparkSession, text: SqlText) -> str | None:
         reason = analysis_problem(spark.range(0).selectExpr, text.text, any_column=True)
         # Spark takes a trailing word for the column's alias ('amount > 0 AND' is 'amount > 0'
         # named AND), which the spec's own name replaces: in parentheses it does not parse.
-        if reason is None and analysis_problem(spark.range(0).selectExpr, f"({text.text}\n)",
-                                               any_column=True):
+        # (An alias of a name, 'x * 2 AS doubled', is the spec's to replace: left alone.)
+        last = re.search(r"(\w+)\s*$", text.text)
+        if reason is None and last and last.group(1).upper() in OPERATOR_WORDS and \
+                analysis_problem(spark.range(0).selectExpr, f"({text.text}\n)",
+                                 any_column=True):
             return ("it ends in a word Spark takes for the column's name (an alias), not part "
                     "of the expression: an operator without its right side?")
         return reason

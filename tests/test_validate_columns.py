@@ -148,7 +148,9 @@ def test_a_misspelt_aggregate_and_a_broken_rule_are_found_in_the_first_pass(
         **FEED, "schema": "order_id STRING, amount INT, event_time TIMESTAMP"}})
     lakehouse.add_table("silver", "orders", {
         "source": "orders", "event_time": "event_time",
-        "expectations": [{"name": "positive", "rule": "amount > 0 AND"}],
+        "expectations": [{"name": "positive", "rule": "amount > 0 AND"},
+                         # an alias of a name is the spec's own to replace: no problem
+                         {"name": "aliased", "rule": "amount < 1000 AS small"}],
         "dedup": {"keys": ["order_id"], "delay": "1 hour"}})
     lakehouse.add_table("gold", "totals", {
         "source": "orders", "event_time": "event_time", "watermark": "1 hour",
