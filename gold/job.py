@@ -1,8 +1,10 @@
-"""Gold: streaming windowed aggregates, and marts that join a fact to its dimensions.
+"""Gold: streaming aggregates, and marts that join a fact to its dimensions.
 
 An aggregate reads a silver table as a stream, sets the watermark on its event time and groups
 by an event-time window (``window`` for tumbling and sliding windows, ``session_window``) and
-the spec's keys:
+the spec's keys; or, with no watermark, groups by a calendar period of its event time
+(``date_trunc`` in the session's time zone, the period's end by ``timestampadd``, so a month
+or a day across a change of clock is one period) or by the keys alone:
 
 - ``output_mode: append`` writes each window once, when the watermark passes its end (for a
   session, its last event plus the gap), through Delta's streaming sink (exactly once);
@@ -16,6 +18,10 @@ batch's watermark is excluded, counted from the state operator's metrics (``late
 after the batch's partial aggregation, so several late rows of one window and key in one batch
 count once). A row a little less late still counts into its window, even one finalised in the
 same batch.
+
+Without a watermark no row is late and Spark's state keeps every group: one row per period
+and keys, which a batch reads back to add its rows to. Such an aggregate is written in update
+mode only (a group is never final).
 
 Marts, the fact joined to its dimensions, are :mod:`gold.mart`.
 """
@@ -38,13 +44,14 @@ from framework.config.model import Layer, Table
 from framework.delta import CHANGE_FEED, create_table
 from framework.errors import ConfigError
 from framework.eventtime import describe_seconds, interval_seconds
+from framework.identifiers import quote
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.logging import get_logger
 from framework.microbatch import Outcome
 from framework.sqlcheck import grouping_problems, not_event_time
 from framework.staleness import record as record_spec
-from gold.spec import AggregateSpec, OutputMode, WindowType
+from gold.spec import AggregateSpec, CalendarUnit, OutputMode, WindowType
 
 DEFAULT_COMMENTS = {
     "window_start": "Start of the event-time window (inclusive)",
@@ -69,11 +76,11 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
         return None, []
     df = spark.createDataFrame([], source)
     name = table.env.table_name(src.layer, src.table)
-    columns = [("event_time", spec.event_time)]
+    columns = [("event_time", spec.event_time)] if spec.event_time else []
     columns += [(f"group_by[{i}]", key) for i, key in enumerate(spec.group_by)]
     problems = grouping_problems(df, name, columns, [
         (f"aggregates[{i}].expr", a.expr) for i, a in enumerate(spec.aggregates)])
-    found = not_event_time(df, spec.event_time)
+    found = spec.event_time and not_event_time(df, spec.event_time)
     if found:
         problems.append(ConfigError(
             f"expected event_time to name a TIMESTAMP column of {name} (Spark's watermark "
@@ -89,7 +96,8 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
     # type, so the tables downstream are still checked.
     failed = {p.key for p in problems}
     fields = [StructField("window_start", TimestampType()),
-              StructField("window_end", TimestampType()), StructField("window_date", DateType())]
+              StructField("window_end", TimestampType()),
+              StructField("window_date", DateType())] if spec.window else []
     fields += [df.schema[k] if f"group_by[{i}]" not in failed else StructField(k, NullType())
                for i, k in enumerate(spec.group_by)]
     fields += [df.groupBy().agg(F.expr(a.expr).alias(a.name)).schema[0]
@@ -99,27 +107,41 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
 
 
 def aggregate_windows(df: DataFrame, spec: AggregateSpec) -> DataFrame:
-    """``df`` grouped by the spec's event-time window and keys into its aggregates, with the
+    """``df`` grouped by the spec's window (if any) and keys into its aggregates, with the
     window's start, end and date first (the aggregate's columns)."""
-    assert spec.event_time and spec.watermark and spec.window  # checked with the config
-    df = df.withWatermark(spec.event_time, spec.watermark)
+    aggregates = [F.expr(a.expr).alias(a.name) for a in spec.aggregates]
     w = spec.window
+    if w is None:
+        return df.groupBy(*spec.group_by).agg(*aggregates)
+    assert spec.event_time  # checked with the config
     window: Column
-    if w.type is WindowType.SESSION:
-        window = F.session_window(spec.event_time, cast(str, w.gap))
-    elif w.type is WindowType.SLIDING:
-        window = F.window(spec.event_time, cast(str, w.duration), cast(str, w.slide))
+    if w.type is WindowType.CALENDAR:
+        window = calendar_window(spec.event_time, cast(CalendarUnit, w.unit))
     else:
-        window = F.window(spec.event_time, cast(str, w.duration))
+        assert spec.watermark  # checked with the config
+        df = df.withWatermark(spec.event_time, spec.watermark)
+        if w.type is WindowType.SESSION:
+            window = F.session_window(spec.event_time, cast(str, w.gap))
+        elif w.type is WindowType.SLIDING:
+            window = F.window(spec.event_time, cast(str, w.duration), cast(str, w.slide))
+        else:
+            window = F.window(spec.event_time, cast(str, w.duration))
     grouped = df.groupBy(window.alias("window"), *spec.group_by)
-    aggregated = grouped.agg(*[F.expr(a.expr).alias(a.name) for a in spec.aggregates])
-    return aggregated.select(
+    return grouped.agg(*aggregates).select(
         F.col("window.start").alias("window_start"),
         F.col("window.end").alias("window_end"),
         F.to_date("window.start").alias("window_date"),
         *spec.group_by,
         *[a.name for a in spec.aggregates],
     )
+
+
+def calendar_window(event_time: str, unit: CalendarUnit) -> Column:
+    """The calendar period of ``event_time`` in the session's time zone, as Spark's window
+    struct (``start``, ``end``): the period's first instant and the next period's."""
+    start = f"date_trunc('{unit.value}', {quote(event_time)})"
+    return F.expr(f"named_struct('start', {start}, "
+                  f"'end', timestampadd({unit.value.upper()}, 1, {start}))")
 
 
 @dataclass(frozen=True)
@@ -168,8 +190,9 @@ class AggregateJob(StreamingJob):
     # ------------------------------------------------------------------ steps
     def read(self) -> DataFrame:
         src = self.spec.source
+        # a watermark needs whole commits (framework.eventtime); a group without one does not
         return self.read_table_stream(src.layer, src.table, max_files=src.max_files_per_trigger,
-                                      whole_commits=True)
+                                      whole_commits=self.spec.watermarked)
 
     def transform(self, df: DataFrame) -> DataFrame:
         return aggregate_windows(df, self.spec)
@@ -194,7 +217,7 @@ class AggregateJob(StreamingJob):
         Spark's event-time statistics of the batch's rows): a window it both fills and
         finalises counts rows that, read in a later batch, would have been late."""
         low, high = _instant(progress.event_time_min), _instant(progress.event_time_max)
-        if low is None or high is None:
+        if low is None or high is None or self.spec.watermark is None:
             return
         span = (high - low).total_seconds()
         if span > interval_seconds(self.spec.watermark):

@@ -207,7 +207,7 @@ class MartJob(Job):
                                         "broadcasts the dimension; filters on it will not "
                                         "prune the fact")
         query = plan.query()
-        comment = self.spec.description or f"{fact} joined to its dimensions"
+        comment = self.spec.description or (f"{fact} joined to its dimensions" if dims else fact)
         columns = plan.output()
         counts["columns"] = len(columns)
         if self.spec.materialize:

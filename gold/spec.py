@@ -1,5 +1,5 @@
-"""The gold table spec: a windowed aggregate of a silver table, or a mart joining a fact to
-its dimensions.
+"""The gold table spec: an aggregate of a silver table (by event-time window, by calendar
+period, or by its keys alone), or a mart joining a fact to its dimensions.
 
 An aggregate (``conf/tables/gold/store_sales.yaml``)::
 
@@ -11,6 +11,9 @@ An aggregate (``conf/tables/gold/store_sales.yaml``)::
     window: {type: tumbling, duration: "1 hour"}
     # or {type: sliding, duration: "1 hour", slide: "15 minutes"}
     # or {type: session, gap: "30 minutes"}
+    # or {type: calendar, unit: month}: day, week (from Monday), month, quarter or year, in the
+    #    lake's time zone; no watermark, nothing is late, output_mode update
+    # or no window: one row per group of group_by, no watermark, output_mode update
     group_by: [store_id]
     aggregates:
       - {name: orders, expr: "count(*)", comment: Orders in the window}
@@ -19,8 +22,9 @@ An aggregate (``conf/tables/gold/store_sales.yaml``)::
     partition_by: [store_id]            # any output column; window_date is always there
     comments: {store_id: The store}     # column comments for the catalog
 
-Every aggregate table has the columns ``window_start``, ``window_end`` and ``window_date`` (the
-date of ``window_start``), then the group keys, then the aggregates.
+Every aggregate table with a window has the columns ``window_start``, ``window_end`` and
+``window_date`` (the date of ``window_start``), then the group keys, then the aggregates; one
+without a window has the group keys and the aggregates.
 
 A mart (``conf/tables/gold/store_sales_by_region.yaml``) is a catalog view: the fact joined to
 its dimensions, evaluated when queried, so a filter on a dimension column prunes the fact's
@@ -28,7 +32,7 @@ partitions (dynamic partition pruning) and the answer is never stale::
 
     kind: mart
     fact: store_sales                   # gold.store_sales; or {table: ..., layer: silver}
-    dimensions:
+    dimensions:                         # none: the fact alone, filtered or grouped
       - {table: stores, on: [store_id], columns: [region, city]}   # silver.stores
       # keys named differently on each side: {fact column: dimension column}
       - {table: airports, on: {dest: faa}, columns: [city]}
@@ -61,7 +65,7 @@ from framework.config.model import (
     TableSpec,
 )
 from framework.config.types import Identifier, Model
-from framework.errors import ConfigError
+from framework.errors import ConfigError, MissingKeyError
 from framework.eventtime import check_interval, split_commits_advice
 from framework.layers import Kinds
 
@@ -77,7 +81,7 @@ BUILT_FROM = "medallion.mart.built_from"  # table property: {table: Delta versio
 
 
 class Kind(StrEnum):
-    AGGREGATE = "aggregate"  # a streaming windowed aggregate
+    AGGREGATE = "aggregate"  # a streaming aggregate
     MART = "mart"  # a view joining a fact to dimensions
 
 
@@ -85,6 +89,17 @@ class WindowType(StrEnum):
     TUMBLING = "tumbling"
     SLIDING = "sliding"
     SESSION = "session"
+    CALENDAR = "calendar"  # a calendar period: no watermark, nothing is late
+
+
+class CalendarUnit(StrEnum):
+    """A calendar window's period, in the lake's time zone (``spark.sql.session.timeZone``)."""
+
+    DAY = "day"
+    WEEK = "week"  # from Monday
+    MONTH = "month"
+    QUARTER = "quarter"
+    YEAR = "year"
 
 
 class OutputMode(StrEnum):
@@ -98,12 +113,14 @@ class JoinType(StrEnum):
 
 
 class WindowSpec(Model):
-    """An event-time window: tumbling (duration), sliding (duration, slide) or session (gap)."""
+    """An event-time window: tumbling (duration), sliding (duration, slide), session (gap), or
+    a calendar period (unit)."""
 
     type: WindowType
     duration: str | None = None
     slide: str | None = None
     gap: str | None = None
+    unit: CalendarUnit | None = None
 
     @field_validator("duration", "slide", "gap")
     @classmethod
@@ -113,12 +130,22 @@ class WindowSpec(Model):
     @model_validator(mode="after")
     def _fields_of_type(self) -> WindowSpec:
         wanted = {WindowType.TUMBLING: {"duration"}, WindowType.SLIDING: {"duration", "slide"},
-                  WindowType.SESSION: {"gap"}}[self.type]
-        given = {k for k in ("duration", "slide", "gap") if getattr(self, k) is not None}
+                  WindowType.SESSION: {"gap"}, WindowType.CALENDAR: {"unit"}}[self.type]
+        given = {k for k in ("duration", "slide", "gap", "unit") if getattr(self, k) is not None}
         if given != wanted:
             raise ValueError(f"expected {', '.join(sorted(wanted))} for a {self.type.value} "
                              f"window, found {', '.join(sorted(given)) or 'none'}")
         return self
+
+    @property
+    def watermarked(self) -> bool:
+        """An event-time window, closed by a watermark (not a calendar period)."""
+        return self.type is not WindowType.CALENDAR
+
+    def describe(self) -> str:
+        return " ".join(f"{k} {v}" for k, v in (
+            ("type", self.type.value), ("duration", self.duration), ("slide", self.slide),
+            ("gap", self.gap), ("unit", self.unit and self.unit.value)) if v)
 
 
 class Aggregate(Model):
@@ -215,15 +242,20 @@ class GoldSpec(TableSpec):
 
 
 class AggregateSpec(GoldSpec):
-    """A streaming windowed aggregate of a silver (or gold) table."""
+    """A streaming aggregate of a silver (or gold) table: by event-time window (with a
+    watermark), by calendar period of its event time, or by its group keys alone (no window).
+
+    Without a watermark nothing is late and Spark's state keeps one row per group (per period
+    and keys): every row counts into its group whenever it arrives, and each batch merges the
+    groups it changed (``output_mode: update``, their default)."""
 
     kind: Literal[Kind.AGGREGATE] = Kind.AGGREGATE
     source: TableRef
-    event_time: Identifier
-    watermark: str
-    window: WindowSpec
+    event_time: Identifier | None = None
+    watermark: str | None = None
+    window: WindowSpec | None = None
     aggregates: list[Aggregate] = Field(min_length=1)
-    output_mode: OutputMode = OutputMode.APPEND
+    output_mode: OutputMode
     partition_by: list[Identifier] = Field(default_factory=list)
     comments: dict[Identifier, str] = Field(default_factory=dict)
 
@@ -232,21 +264,40 @@ class AggregateSpec(GoldSpec):
     def _short_source(cls, value: Any) -> Any:
         return _with_layer(value, Layer.SILVER)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_output_mode(cls, data: Any) -> Any:
+        """Append for an event-time window (each window written once, when final); update
+        for a calendar period or no window (nothing is ever final)."""
+        if isinstance(data, dict) and "output_mode" not in data:
+            window = data.get("window")
+            watermarked = isinstance(window, dict) and window.get("type") != "calendar"
+            data = {**data, "output_mode": "append" if watermarked else "update"}
+        return data
+
     @field_validator("watermark")
     @classmethod
-    def _watermark_interval(cls, value: str) -> str:
-        _interval(value, positive=False)
+    def _watermark_interval(cls, value: str | None) -> str | None:
+        if value is not None:
+            _interval(value, positive=False)
         return value
+
+    @property
+    def watermarked(self) -> bool:
+        """Grouped by an event-time window closed by the watermark."""
+        return self.window is not None and self.window.watermarked
 
     @property
     def output_columns(self) -> list[str]:
         """The aggregate's columns, in order: the window's, the group keys, the aggregates."""
-        return [*WINDOW_COLUMNS, *super().output_columns]
+        window = WINDOW_COLUMNS if self.window else ()
+        return [*window, *super().output_columns]
 
     @property
     def merge_keys(self) -> list[str]:
         """What identifies one output row of an aggregate: its window and its group."""
-        return ["window_start", "window_end", *self.group_by]
+        window = ["window_start", "window_end"] if self.window else []
+        return [*window, *self.group_by]
 
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
@@ -254,12 +305,9 @@ class AggregateSpec(GoldSpec):
     def stale_parts(self) -> dict[str, str]:
         """The source, the event time and its watermark, the window, the grouping and each
         aggregate's expression."""
-        window = self.window
         parts = {"source": f"{self.source.layer.value}.{self.source.table}",
-                 "event_time": self.event_time, "watermark": self.watermark,
-                 "window": " ".join(f"{k} {v}" for k, v in (
-                     ("type", window.type.value), ("duration", window.duration),
-                     ("slide", window.slide), ("gap", window.gap)) if v),
+                 "event_time": self.event_time or "", "watermark": self.watermark or "",
+                 "window": self.window.describe() if self.window else "",
                  "group_by": ", ".join(self.group_by)}
         for a in self.aggregates:
             parts[f"aggregates[{a.name}]"] = a.expr
@@ -276,8 +324,9 @@ class AggregateSpec(GoldSpec):
         types known when it runs)."""
         source = inputs.get((self.source.layer, self.source.table))
         keys = [(source.get(k) if source else None) or Column(k) for k in self.group_by]
+        window = zip(WINDOW_COLUMNS, WINDOW_TYPES, strict=True) if self.window else ()
         return Columns(table.full_name, (
-            *(Column(n, t) for n, t in zip(WINDOW_COLUMNS, WINDOW_TYPES, strict=True)),
+            *(Column(n, t) for n, t in window),
             *(Column(k, c.type) for k, c in zip(self.group_by, keys, strict=True)),
             *(Column(a.name) for a in self.aggregates)))
 
@@ -287,8 +336,10 @@ class AggregateSpec(GoldSpec):
         source = inputs.get((self.source.layer, self.source.table))
         if source is None:
             return []
-        problems = [source.missing("event_time", self.event_time),
-                    *(source.missing(f"group_by[{i}]", k) for i, k in enumerate(self.group_by))]
+        problems = [*(source.missing(f"group_by[{i}]", k) for i, k in enumerate(self.group_by))]
+        if self.event_time is None:
+            return [p for p in problems if p is not None]
+        problems.append(source.missing("event_time", self.event_time))
         column = source.get(self.event_time)
         if column is not None and time_kind(column) is TimeKind.OTHER:
             problems.append(ConfigError(
@@ -299,15 +350,11 @@ class AggregateSpec(GoldSpec):
         return [p for p in problems if p is not None]
 
     def check(self, table: Table) -> list[ConfigError]:
-        problems: list[ConfigError] = []
+        problems = self._window_problems()
 
         def problem(key: str, message: str) -> None:
             problems.append(ConfigError(message, key=key))
 
-        if self.window.type is WindowType.SESSION and self.output_mode is OutputMode.UPDATE:
-            problem("output_mode", "expected output_mode append for a session window (a "
-                    "session's bounds move as it grows, so a row merged by its bounds would "
-                    "leave the shorter session behind), found update")
         self._unique_columns(problem)
         out = self.output_columns
         for key, cols in (("partition_by", self.partition_by),
@@ -318,13 +365,51 @@ class AggregateSpec(GoldSpec):
                         f"found {', '.join(missing)}")
         return problems
 
+    def _window_problems(self) -> list[ConfigError]:
+        """What each kind of window needs: an event-time window an event time and a watermark;
+        a calendar period an event time, and no watermark; no window, group keys; both of
+        these update mode."""
+        window, problems = self.window, []
+        if window is not None and window.type is WindowType.SESSION \
+                and self.output_mode is OutputMode.UPDATE:
+            problems.append(ConfigError(
+                "expected output_mode append for a session window (a session's bounds move as "
+                "it grows, so a row merged by its bounds would leave the shorter session "
+                "behind), found update", key="output_mode"))
+        what = f"a {window.type.value} window" if window else "an aggregate without a window"
+        if window is not None and self.event_time is None:
+            problems.append(MissingKeyError(
+                f"expected key 'event_time' with {what} (the column whose time places a row "
+                "in its window), found it missing", key="event_time"))
+        if self.watermarked:
+            if self.watermark is None:
+                problems.append(MissingKeyError(
+                    f"expected key 'watermark' with {what} (how late a row may come and still "
+                    "count; a window is final once the watermark has passed it), found it "
+                    "missing", key="watermark"))
+            return problems
+        if self.watermark is not None:
+            problems.append(ConfigError(
+                f"expected no watermark with {what}: nothing is late, every row counts into "
+                "its group whenever it arrives (Spark keeps one row per group), found "
+                f"{self.watermark!r}", key="watermark"))
+        if self.output_mode is OutputMode.APPEND:
+            problems.append(ConfigError(
+                f"expected output_mode update with {what} (a group is never final: a later "
+                "row may change it), found append", key="output_mode"))
+        if window is None and not self.group_by:
+            problems.append(ConfigError(
+                "expected group_by with an aggregate without a window (the keys of its rows), "
+                "found none", key="group_by"))
+        return problems
+
 
 class MartSpec(GoldSpec):
     """A mart: a fact joined to its dimensions, as a view or a materialized table."""
 
     kind: Literal[Kind.MART]
     fact: TableRef
-    dimensions: list[Dimension] = Field(min_length=1)
+    dimensions: list[Dimension] = Field(default_factory=list)
     where: str | None = None  # a filter on the joined rows (mart columns), before any grouping
     materialize: bool = False  # a Delta table rebuilt incrementally instead of a view
 

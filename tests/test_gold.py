@@ -3,9 +3,11 @@ real Spark and Delta."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from zoneinfo import ZoneInfo
 
 import pytest
 from chispa import assert_df_equality
@@ -402,3 +404,155 @@ def test_a_batch_spanning_more_than_the_watermark_is_warned_about(
     assert summary.batches >= 1 and len(wide) == 1
     assert wide[0]["batch_id"] == 0 and wide[0]["input_rows"] == sum(map(len, commits))
     assert wide[0]["span"] == "1 hour 36 minutes" and wide[0]["watermark"] == "10 minutes"
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def local(*parts: int) -> datetime:
+    """An instant given by its wall-clock time in New York."""
+    return datetime(*parts, tzinfo=NEW_YORK)  # type: ignore[misc]
+
+
+@pytest.fixture
+def new_york_session(spark: SparkSession) -> Iterator[SparkSession]:
+    """The session in the lake's time zone of New York (its clocks change on 8 March 2026)."""
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        yield spark
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", cast(str, before))
+
+
+def test_a_calendar_aggregate_counts_every_row_into_its_period_of_the_lakes_time_zone(
+    new_york_session: SparkSession, lakehouse: Lakehouse
+) -> None:
+    spark = new_york_session
+    with_silver_orders(lakehouse)
+    months = aggregate_spec({"type": "calendar", "unit": "month"}, watermark=None)
+    lakehouse.add_table("gold", "monthly_sales", {k: v for k, v in months.items()
+                                                  if k != "watermark"})
+    weeks = aggregate_spec({"type": "calendar", "unit": "week"})
+    lakehouse.add_table("gold", "weekly_sales", {k: v for k, v in weeks.items()
+                                                 if k != "watermark"})
+    silver = silver_location(lakehouse, "orders")
+    # 23:30 on 31 January in New York is 04:30 on 1 February in UTC: January's. Clocks go
+    # forward on 8 March: March ends at 04:00 UTC, not 05:00.
+    write_delta_commits(spark, silver, [
+        [("a", "s1", 10, local(2026, 1, 15, 10, 0)), ("b", "s1", 20, local(2026, 1, 31, 23, 30))],
+        [("c", "s1", 5, local(2026, 2, 1, 0, 30)), ("d", "s2", 7, local(2026, 3, 9, 12, 0))]],
+        SALES)
+    run_gold(spark, lakehouse, "monthly_sales")
+    run_gold(spark, lakehouse, "weekly_sales")
+    # A row of January comes after March's: nothing is late, January is updated.
+    write_delta_commits(spark, silver, [[("e", "s1", 1, local(2026, 1, 2, 8, 0))]], SALES)
+    summary = run_gold(spark, lakehouse, "monthly_sales")
+    assert (summary.counts["windows_inserted"], summary.counts["windows_updated"]) == (0, 1)
+    assert summary.counts["late_groups_dropped"] == 0
+
+    schema = ("window_start TIMESTAMP, window_end TIMESTAMP, store_id STRING, orders BIGINT, "
+              "revenue BIGINT")
+    want = spark.createDataFrame([
+        (local(2026, 1, 1), local(2026, 2, 1), "s1", 3, 31),
+        (local(2026, 2, 1), local(2026, 3, 1), "s1", 1, 5),
+        (local(2026, 3, 1), local(2026, 4, 1), "s2", 1, 7)], schema)
+    project = lakehouse.project()
+    got = spark.table(project.table("monthly_sales", Layer.GOLD).full_name)
+    assert_df_equality(got.drop("window_date"), want, ignore_row_order=True,
+                       ignore_nullable=True, ignore_metadata=True)
+    assert local(2026, 4, 1).astimezone(ZoneInfo("UTC")).hour == 4  # (summer time)
+    dates = {r.window_date.isoformat() for r in got.select("window_date").collect()}
+    assert dates == {"2026-01-01", "2026-02-01", "2026-03-01"}
+    # Weeks start on Monday: 12 January, 26 January (the 31st and 1 February), 9 March.
+    weekly = spark.table(project.table("weekly_sales", Layer.GOLD).full_name)
+    assert sorted((r.window_start.date().isoformat(), r.window_end.date().isoformat(),
+                   r.store_id, r.orders) for r in weekly.collect()) == [
+        ("2026-01-12", "2026-01-19", "s1", 1), ("2026-01-26", "2026-02-02", "s1", 2),
+        ("2026-03-09", "2026-03-16", "s2", 1)]
+
+
+def test_an_aggregate_without_a_window_rewrites_only_the_groups_a_batch_touches(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_totals", {
+        "source": "orders", "group_by": ["store_id"],
+        "aggregates": [{"name": "orders", "expr": "count(*)"},
+                       {"name": "revenue", "expr": "sum(amount)"}]})
+    silver = silver_location(lakehouse, "orders")
+    commits, late = sales_commits()
+    write_delta_commits(spark, silver, commits, SALES)
+    first = run_gold(spark, lakehouse, "store_totals")
+    assert (first.counts["windows_inserted"], first.counts["late_groups_dropped"]) == (2, 0)
+    # A batch of s2 and a new store: s1's row is left alone.
+    extra = [("x1", "s2", 3, BASE), ("x2", "s3", 4, BASE - timedelta(days=30))]
+    write_delta_commits(spark, silver, [extra], SALES)
+    second = run_gold(spark, lakehouse, "store_totals")
+    assert (second.counts["windows_inserted"], second.counts["windows_updated"]) == (1, 1)
+
+    rows = [r for c in commits for r in c] + extra  # the late rows too: nothing is late
+    want = spark.createDataFrame(rows, SALES).groupBy("store_id").agg(
+        F.count(F.lit(1)).alias("orders"), F.sum("amount").cast("bigint").alias("revenue"))
+    table = lakehouse.project().table("store_totals", Layer.GOLD)
+    got = spark.table(table.full_name)
+    assert got.columns == ["store_id", "orders", "revenue"]
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True,
+                       ignore_metadata=True)
+    assert len(late) == 3
+    touched = spark.sql(f"DESCRIBE HISTORY delta.`{table.location}`").where(
+        "operation = 'MERGE'").orderBy(F.desc("version")).first()
+    assert touched is not None
+    assert int(touched.operationMetrics["numTargetRowsCopied"]) == 0  # s1 not rewritten
+
+
+def test_aggregates_without_a_watermark_say_what_each_window_needs(
+        lakehouse: Lakehouse) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "calendar_late", aggregate_spec(
+        {"type": "calendar", "unit": "month"}))
+    lakehouse.add_table("gold", "calendar_append", {
+        **{k: v for k, v in aggregate_spec({"type": "calendar", "unit": "year"}).items()
+           if k != "watermark"}, "output_mode": "append"})
+    lakehouse.add_table("gold", "no_keys", {
+        "source": "orders", "aggregates": [{"name": "orders", "expr": "count(*)"}]})
+    lakehouse.add_table("gold", "no_watermark", {
+        k: v for k, v in aggregate_spec(WINDOWS["tumbling"][0]).items() if k != "watermark"})
+    lakehouse.add_table("gold", "no_unit", aggregate_spec({"type": "calendar",
+                                                           "duration": "30 days"}))
+    with pytest.raises(ConfigValidationError) as info:
+        lakehouse.project()
+    problems = {(Path(e.file or "").stem, e.key): e.detail for e in info.value.errors}
+    assert problems[("calendar_late", "watermark")].startswith(
+        "expected no watermark with a calendar window: nothing is late")
+    assert problems[("calendar_append", "output_mode")].startswith(
+        "expected output_mode update with a calendar window")
+    assert problems[("no_keys", "group_by")].startswith(
+        "expected group_by with an aggregate without a window")
+    assert problems[("no_watermark", "watermark")].startswith(
+        "expected key 'watermark' with a tumbling window")
+    assert "expected unit for a calendar window, found duration" in str(info.value)
+
+
+def test_a_mart_of_one_table_without_dimensions(spark: SparkSession,
+                                                lakehouse: Lakehouse) -> None:
+    lakehouse.add_table("bronze", "flights", bronze_spec())
+    lakehouse.add_table("silver", "flights", {"source": "flights"})
+    lakehouse.add_table("gold", "arrivals", {
+        "kind": "mart", "fact": {"table": "flights", "layer": "silver"},
+        "where": "arr_delay > 0", "group_by": ["dest"],
+        "aggregates": [{"name": "late_flights", "expr": "count(*)"}]})
+    project = lakehouse.project()
+    table = project.table("flights", Layer.SILVER)
+    write_delta_commits(spark, table.location, [[("f1", "SFO", 3), ("f2", "SFO", 0),
+                                                 ("f3", "LAX", 9), ("f4", "SFO", 1)]],
+                        "id STRING, dest STRING, arr_delay INT")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {table.env.catalog}.{table.schema}")
+    spark.sql(f"CREATE TABLE {table.full_name} USING DELTA LOCATION '{table.location}'")
+
+    summary = run_gold(spark, lakehouse, "arrivals")
+
+    assert summary.counts["dimensions"] == 0
+    want = spark.createDataFrame([("SFO", 2), ("LAX", 1)], "dest STRING, late_flights BIGINT")
+    assert_df_equality(spark.table(project.table("arrivals", Layer.GOLD).full_name), want,
+                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
