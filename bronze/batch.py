@@ -3,6 +3,7 @@ split into bronze rows and quarantine rows, counted in the pass that writes them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -12,6 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from bronze.cdc import TOMBSTONE, change_columns
 from bronze.conform import CORRUPT, CORRUPT_REASON, DROPPED
+from bronze.malformed import MALFORMED
 from bronze.spec import BronzeTableSpec
 from framework.config.model import SqlKind, Table
 from framework.delta import CHANGE_FEED
@@ -25,7 +27,6 @@ INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
 RAW = "_raw"
 REASON = "_reason"
-MALFORMED = "malformed record: does not parse against the schema"
 # the readers' columns that bronze does not keep
 INTERNAL = (CORRUPT, CORRUPT_REASON, DROPPED, TOMBSTONE)
 
@@ -103,6 +104,8 @@ class BatchSplit:
     observation: Observation  # records read, to quarantine... (see _counts)
     rescued: str | None = None  # the rescued column, whose non-null values are counted
     skip: tuple[str, Column] | None = None  # records neither written nor quarantined, counted
+    # why a malformed record is, from its raw text (null: the generic reason, MALFORMED)
+    explain: Callable[[Column], Column] | None = None
 
     def count(self) -> dict[str, int]:
         """The observation's figures, counted without writing (a replayed batch whose append
@@ -118,20 +121,31 @@ class BatchSplit:
         meta = {f.name for f in QUARANTINE_SCHEMA}
         data_cols = [c for c in df.columns if c not in meta and c not in INTERNAL]
         raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*data_cols)))
-        reason = F.coalesce(F.col(CORRUPT_REASON), F.lit(MALFORMED))
+        reason = quarantine_reason(raw, self.explain)
         return df.where(self.to_quarantine).select(
             raw.alias(RAW), reason.alias(REASON),
             *[F.col(f.name) for f in QUARANTINE_SCHEMA.fields[2:]],
         )
 
 
+def quarantine_reason(raw: Column, explain: Callable[[Column], Column] | None = None
+                      ) -> Column:
+    """A quarantined record's reason: the reader's (a record too large...), else what
+    ``explain`` finds in its raw text (:func:`bronze.reading.malformed_reason`), else
+    :data:`MALFORMED`. Every reason of a malformed record starts with ``malformed record: ``."""
+    explained = [explain(raw)] if explain is not None else []
+    return F.coalesce(F.col(CORRUPT_REASON), *explained, F.lit(MALFORMED))
+
+
 def split_batch(batch: DataFrame, name: str, batch_id: int,
                 to_quarantine: Column | None = None, rescued: str | None = None,
-                skip: tuple[str, Column] | None = None) -> BatchSplit:
+                skip: tuple[str, Column] | None = None,
+                explain: Callable[[Column], Column] | None = None) -> BatchSplit:
     """The batch stamped with its ingestion time and id, and its bronze rows (not to quarantine:
     by default the malformed ones), counted as they are written. ``skip`` (a name and a
     condition) marks records that are not data (Debezium's tombstones): neither written nor
-    quarantined, counted under the name."""
+    quarantined, counted under the name. ``explain`` says why a malformed record is, from its
+    text (see :func:`quarantine_reason`)."""
     stamped = batch.withColumn(INGESTED_AT, F.current_timestamp()).withColumn(
         BATCH_ID, F.lit(batch_id).cast("long")
     )
@@ -142,7 +156,7 @@ def split_batch(batch: DataFrame, name: str, batch_id: int,
                                                      skip))
     kept = ~to_quarantine if skip is None else ~to_quarantine & ~skip[1]
     good = observed.where(kept).drop(*INTERNAL)
-    return BatchSplit(stamped, to_quarantine, good, observation, rescued, skip)
+    return BatchSplit(stamped, to_quarantine, good, observation, rescued, skip, explain)
 
 
 def _counts(to_quarantine: Column, columns: list[str], rescued: str | None = None,

@@ -307,9 +307,13 @@ class FileBatchWriter:
                 self._rows_per_file(self.table.full_name, batch_id) if in_bronze else {}
             bad = self._rows_per_file(self.quarantine, batch_id) \
                 if metrics["quarantined"] else {}
+            # A file none of whose records parsed: what it holds, if it is one JSON document.
+            unparsed = {f: why for f in readable if bad.get(f) and not good.get(f)
+                        and (why := self.reader.unparsed_file(f)) is not None}
             rows, counts = ledger_rows(
                 batch_id, {f: (i.size, i.modified_ms) if i else (0, 0) for f, i in stats.items()},
-                failed, good, bad, self.spec.source.format is SourceFormat.PARQUET, notes)
+                failed, good, bad, self.spec.source.format is SourceFormat.PARQUET, notes,
+                unparsed)
         counts.rescued, counts.ignored = metrics.get("rescued", 0), metrics.get("ignored", 0)
         counts.seconds = seconds
         if counts.records != metrics["records"] or counts.quarantined != metrics["quarantined"]:
@@ -352,7 +356,8 @@ class FileBatchWriter:
                 notes = records.notes
                 split = split_batch(self.source.file_columns(records.frame, batch_id),
                                     self.table.name, batch_id,
-                                    rescued=self.spec.rescued_column)
+                                    rescued=self.spec.rescued_column,
+                                    explain=self.reader.malformed_reason())
                 metrics = self._append_split(split, batch_id, readable, replayed, seconds,
                                              checks)
                 break

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -38,12 +38,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from bronze.batch import split_batch
+from bronze.batch import quarantine_reason, split_batch
 from bronze.cdc import TOMBSTONE, change_columns, row_problem, sequence_types
 from bronze.conform import Conformer, refuse_schema_change, schema_change_error
 from bronze.debezium import parse_change_events
 from bronze.offsets import KAFKA_TIMESTAMP, KEY, OFFSET, PARTITION, TOPIC
-from bronze.reading import CORRUPT, CORRUPT_REASON, RAW_PREFIX, parse_json_lines
+from bronze.reading import (
+    CORRUPT,
+    CORRUPT_REASON,
+    RAW_PREFIX,
+    malformed_reason,
+    parse_json_lines,
+)
 from bronze.streams import StreamTableSpec, kafka_package
 from framework.config.model import Layer, Runtime, SqlKind
 from framework.delta import create_table
@@ -61,7 +67,6 @@ INGESTED_AT = "_ingested_at"
 BATCH_ID = "_batch_id"
 RAW = "_raw"
 REASON = "_reason"
-MALFORMED = "malformed record: does not parse against the schema"
 NOT_UTF8 = "value is not UTF-8 text; _raw holds it in base64"
 NO_VALUE = "no value (a tombstone or an empty record)"
 TOMBSTONES = "cdc_tombstones"  # the figure of Debezium's tombstones skipped
@@ -151,6 +156,7 @@ class RecordWriter:
     def __init__(self, batches: TableBatches, spark: SparkSession) -> None:
         self.table = batches.table
         self.spec = cast(StreamTableSpec, batches.table.spec)
+        self.explain = malformed_reason(self.spec.source.options)
         self.log_context = batches.log_context
         self.commits = batch_commits(batches.table, batches.replayable, spark)
 
@@ -175,8 +181,8 @@ class RecordWriter:
                 metrics = split.observation.get
         if metrics["quarantined"] and not self.commits.written_before(quarantine, batch_id):
             with timed(seconds, "quarantine"):
-                self.commits.append(_quarantine_rows(split.stamped, bad), quarantine,
-                                    batch_id, checked=True)
+                self.commits.append(_quarantine_rows(split.stamped, bad, self.explain),
+                                    quarantine, batch_id, checked=True)
         skipped = {TOMBSTONES: metrics[TOMBSTONES]} if skip is not None else {}
         log.info("bronze.batch.committed", records=metrics["records"],
                  bronze_rows=_bronze_rows(metrics), quarantined_rows=metrics["quarantined"],
@@ -329,12 +335,12 @@ def _bronze_rows(figures: Mapping[str, Any]) -> int:
     return int(figures["records"] - figures["quarantined"] - figures.get(TOMBSTONES, 0))
 
 
-def _quarantine_rows(stamped: DataFrame, bad: Column) -> DataFrame:
+def _quarantine_rows(stamped: DataFrame, bad: Column,
+                     explain: Callable[[Column], Column] | None) -> DataFrame:
     """The malformed records: their text (or its prefix, or base64 of bytes that are not
-    UTF-8) and the reason."""
-    reason = F.coalesce(F.col(CORRUPT_REASON), F.lit(MALFORMED))
+    UTF-8) and the reason (as a file feed's: :func:`bronze.batch.quarantine_reason`)."""
     return stamped.where(bad).select(
-        F.col(CORRUPT).alias(RAW), reason.alias(REASON),
+        F.col(CORRUPT).alias(RAW), quarantine_reason(F.col(CORRUPT), explain).alias(REASON),
         *[F.col(f.name) for f in METADATA_FIELDS])
 
 

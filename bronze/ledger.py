@@ -143,18 +143,21 @@ class BatchCounts:
 
 def ledger_rows(batch_id: int, files: Mapping[str, tuple[int, int]],
                 failed: Mapping[str, str], good: Mapping[str, int], bad: Mapping[str, int],
-                parquet: bool, notes: Mapping[str, str] | None = None
+                parquet: bool, notes: Mapping[str, str] | None = None,
+                unparsed: Mapping[str, str] | None = None
                 ) -> tuple[list[dict[str, Any]], BatchCounts]:
     """The ledger rows of a batch's files (path -> size and modification time in ms), with their
     rows in bronze (``good``) and quarantine (``bad``); a file in ``failed`` was not read (its
-    reason is its error)."""
+    reason is its error); a file in ``unparsed`` had no record parsed, for that reason (what it
+    holds instead: one JSON array...)."""
     now = datetime.now(UTC).replace(tzinfo=None)
     rows = []
     for path, (size, modified_ms) in files.items():
         n_good, n_bad = good.get(path, 0), bad.get(path, 0)
         reason = failed.get(path)
         if reason is None and n_bad and not n_good:
-            reason = "no record could be parsed (wrong encoding or format?)"
+            reason = (unparsed or {}).get(path) or \
+                "no record could be parsed (wrong encoding or format?)"
         if reason is None and not n_good and not n_bad and not parquet:
             reason = "no record could be read from the file"
         status = FileStatus.FAILED if reason else FileStatus.INGESTED

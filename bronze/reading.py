@@ -38,7 +38,7 @@ import csv
 import io
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,12 +55,14 @@ from bronze.conform import (
     json_type,
     schema_change_error,
 )
+from bronze.malformed import file_reason, json_reason
 from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
+from framework.errors import StorageError
 from framework.storage import Storage, from_uri
 
 __all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "RAW_PREFIX",
-           "FeedReader", "JsonLines", "Records", "literal", "one_json_value",
-           "parse_json_lines"]
+           "FeedReader", "JsonLines", "Records", "lenient", "literal", "malformed_reason",
+           "one_json_value", "parse_json_lines"]
 
 # RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
 # (Spark's defaults cut such a row in two and keep the doubled quotes), a quoted empty field is
@@ -83,6 +85,9 @@ HEADER_BYTES = 64 * 1024  # bytes read from a CSV file to find its header (more 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 # Hadoop codecs Python does not decompress here: such a file's header is read through Spark.
 SPARK_CODECS = (".deflate", ".lz4", ".snappy", ".zst", ".zstd")
+# A JSON file none of whose lines parsed is read whole, up to this size, to say what it holds
+# instead (one JSON array...): bronze.malformed.file_reason.
+WHOLE_FILE_BYTES = 16 * 1024 * 1024
 
 
 def literal(path: str) -> str:
@@ -174,6 +179,34 @@ class FeedReader:
         (null for a line that is not an object)."""
         return F.try_variant_get(F.try_parse_json(F.concat(F.lit("["), line, F.lit("]"))),
                                  "$[0]", "map<string,variant>")
+
+    # ------------------------------------------------------------------ malformed records
+    def malformed_reason(self) -> Callable[[Column], Column] | None:
+        """How the quarantine says why a malformed record is (:func:`malformed_reason`): for
+        JSON lines only."""
+        if self.format is not SourceFormat.JSON:
+            return None
+        return malformed_reason(self.spec.source.options)
+
+    def unparsed_file(self, path: str) -> str | None:
+        """What a file none of whose records parsed holds, when its whole text is one JSON
+        document (one JSON array: not JSON Lines), or None. Only JSON files, of at most
+        :data:`WHOLE_FILE_BYTES`, plain, gzip or bzip2, are read (on the driver: such a file
+        is rare, and its ledger row says what to fix)."""
+        if self.format is not SourceFormat.JSON or path.lower().endswith(SPARK_CODECS):
+            return None
+        options = self.spec.source.options
+        encoding = str(options.get("encoding", options.get("charset", "UTF-8")))
+        try:
+            data = self.storage.head(path, WHOLE_FILE_BYTES + 1)
+            if len(data) <= WHOLE_FILE_BYTES:
+                data = _decompress(path, data, WHOLE_FILE_BYTES + 1)
+            if len(data) > WHOLE_FILE_BYTES:
+                return None
+            text = data.decode(encoding, errors="replace")
+        except (HeaderError, LookupError, OSError, StorageError):
+            return None
+        return file_reason(text.removeprefix("\ufeff"))
 
     # ------------------------------------------------------------------ records
     def read(self, files: Sequence[str], schema: StructType,
@@ -386,13 +419,14 @@ def _record_end(text: str, quote: str) -> int | None:
     return None
 
 
-def _decompress(path: str, data: bytes) -> bytes:
+def _decompress(path: str, data: bytes, limit: int = -1) -> bytes:
+    """``data`` decompressed (gzip, bzip2) as far as it goes, at most ``limit`` bytes."""
     name = path.lower()
     try:
         if name.endswith(".gz"):
-            return zlib.decompressobj(wbits=47).decompress(data)
+            return zlib.decompressobj(wbits=47).decompress(data, max(limit, 0))
         if name.endswith(".bz2"):
-            return bz2.BZ2Decompressor().decompress(data)
+            return bz2.BZ2Decompressor().decompress(data, limit)
     except (zlib.error, OSError, EOFError) as exc:
         raise HeaderError(f"expected a {name.rsplit('.', 1)[-1]} file, found bytes that do not "
                           f"decompress: {exc}") from exc
@@ -417,8 +451,8 @@ class JsonLines:
     def __init__(self, conformer: Conformer, options: Mapping[str, str],
                  max_record_bytes: int, carry: Sequence[str], *,
                  origin: Column | None = None) -> None:
-        lenient = any(str(options.get(k, "")).lower() == "true" for k in LENIENCIES)
-        parse = {**({} if lenient else STRICT_JSON), **options, "mode": "PERMISSIVE",
+        loose = lenient(options)
+        parse = {**({} if loose else STRICT_JSON), **options, "mode": "PERMISSIVE",
                  "columnNameOfCorruptRecord": CORRUPT}
         with_corrupt = StructType([*conformer.schema.fields,
                                    StructField(CORRUPT, StringType())])
@@ -428,7 +462,7 @@ class JsonLines:
             F.when(fits, F.col("value")).alias("value"),
             F.when(~fits, F.substring("value", 1, RAW_PREFIX)).alias("prefix"),
             F.octet_length("value").alias("size"), *carry]
-        if lenient:  # the options' own dialect; the object as one value per key
+        if loose:  # the options' own dialect; the object as one value per key
             obj = F.from_json("value", "MAP<STRING, VARIANT>", parse)
         else:
             obj = F.try_variant_get(one_json_value(F.col("value")), "$", "map<string,variant>")
@@ -447,6 +481,28 @@ class JsonLines:
 
     def __call__(self, raw: DataFrame) -> DataFrame:
         return raw.select(*self.sized).select(*self.parsed).select(*self.columns)
+
+
+def lenient(options: Mapping[str, str]) -> bool:
+    """Whether a feed's options turn one of JSON's leniencies on (:data:`LENIENCIES`)."""
+    return any(str(options.get(k, "")).lower() == "true" for k in LENIENCIES)
+
+
+def malformed_reason(options: Mapping[str, str]) -> Callable[[Column], Column] | None:
+    """How the quarantine says why a JSON record is malformed, from its text: a column of
+    :func:`bronze.malformed.json_reason` (a Python UDF), null where the generic reason fits.
+    It is applied to the quarantined rows only (:meth:`bronze.batch.BatchSplit.quarantine_rows`,
+    after the filter), so a batch without a malformed record never runs it and Spark's parse
+    of the good ones is unchanged. None for a feed whose options turn a leniency on: its
+    dialect is not strict JSON (``NaN`` may be a number there), which the reasons assume."""
+    return None if lenient(options) else _json_reason
+
+
+def _json_reason(text: Column) -> Column:
+    # A plain (pickled) UDF, not Arrow's: the executors' Python needs only the standard library
+    # and pyspark (it may lack pyarrow, which Spark 4.2 would otherwise pick when the driver's
+    # Python has it).
+    return F.udf(json_reason, StringType(), useArrow=False)(text)
 
 
 def one_json_value(text: Column) -> Column:

@@ -102,7 +102,7 @@ def test_a_topic_is_ingested_exactly_once_with_malformed_values_quarantined(
         "m1": ("{not json", "malformed record: does not parse against the schema"),
         "m2": ("//4gbm90IHV0Zi04", "value is not UTF-8 text; _raw holds it in base64"),
         "m3": (None, "no value (a tombstone or an empty record)"),
-        "m4": ("[1, 2]", "malformed record: does not parse against the schema"),
+        "m4": ("[1, 2]", "malformed record: expected a JSON object, found a JSON array"),
         "m5": (big.decode()[:4096], f"record too large: {len(big)} bytes, expected at most "
                "1000 (source.max_record_bytes); _raw holds its first 4096 characters")}
     assert sorted(tuple(r) for r in quarantine.select("_topic", "_partition").collect()) == \
