@@ -3,21 +3,23 @@ key twice in an object, an array where an object was expected; and why no line o
 parsed when the file is one JSON document (an array, a pretty-printed object).
 
 Spark parses every line (:mod:`bronze.reading`); these functions only explain the lines it
-already refused, so a batch without a malformed line never calls them. They read strict JSON
-(RFC 8259) with Python's :mod:`json`, whose rules for strict JSON are Spark's, and return None
-when they find nothing more specific than :data:`MALFORMED` (a line cut short, text that is
-not JSON, an object whose values do not fit the schema without a rescued column).
+already refused, so a batch without a malformed line never calls them. They read the line as
+strict JSON (RFC 8259) with Python's :mod:`json` (``NaN`` and duplicate keys refused by hooks,
+a second value found by ``raw_decode``), and return None when they find nothing more
+specific than :data:`MALFORMED` (a line cut short, text that is not JSON, an object whose
+values do not fit the schema without a rescued column).
 
 Only the standard library is imported: :func:`json_reason` runs in Spark's Python workers
-(a UDF over the quarantined rows, :func:`bronze.batch.explained`), which import this module.
+(a UDF over the quarantined rows, :func:`bronze.reading.malformed_reason`), which import this
+module.
 
 Duplicate keys. RFC 8259 says an object's names SHOULD be unique and leaves a reader free to
 take the last value, the first, or to fail. Spark's variant parser (which gives bronze each
-line's keys and their JSON types, :func:`bronze.reading.one_json_value`) fails on them, and
-Spark's struct parser would keep one of the values and drop the other without a trace. So
-bronze keeps quarantining such a line, whole: taking it would lose one of its values, while
-the quarantine keeps the line as written for whoever knows which value is meant. The reason
-says so.
+line's keys and their JSON types, :func:`bronze.reading.one_json_value`) fails on them.
+Bronze keeps quarantining such a line, whole, rather than allow them: a row holds one value
+per column, so taking the line would keep one of the two values and drop the other without a
+trace, while the quarantine keeps the line as written for whoever knows which value is meant.
+The reason says so.
 """
 
 from __future__ import annotations
