@@ -370,6 +370,9 @@ def test_user_errors_print_one_line_and_exit_2(
         (["run", "bronze", "--table", "nope"], "expected one configured table named 'nope'"),
         (["optimize", "orders"], "to exist, found none"),
     ]
+    # (a lake's first query that starts Spark says once how to answer faster: said here)
+    assert main(_args(lakehouse, "sql", "SELECT 1", "--log-format", "console")) == 0
+    assert "sql.starting_spark" in capsys.readouterr().err
     for args, message in cases:
         assert main(_args(lakehouse, *args, "--log-format", "console")) == 2, args
         captured = capsys.readouterr()
