@@ -322,11 +322,15 @@ def quiet_log_config() -> str:
     return str(path)
 
 
+def cache_folder() -> Path:
+    """Where the jars' manifests and the drivers' log configuration are kept."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "medallion"
+
+
 def _manifest() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     name = "+".join(p.rsplit(":", 2)[1] + "_" + p.rsplit(":", 1)[1]
                     for p in spark_packages())
-    return cache / "medallion" / f"{name}.jars"
+    return cache_folder() / f"{name}.jars"
 
 
 def cached_jars() -> list[str]:
@@ -499,6 +503,9 @@ def main() -> None:
         spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
         spark.range(1).write.format("delta").save(os.path.join(root, "probe"))
         print(f"jars ready: {', '.join(spark_packages())} (Spark {spark.version})")
+        from framework.serve import resolve_hive_llap  # (medallion serve's driver needs it)
+
+        print(f"and for medallion serve: {resolve_hive_llap(spark)}")
         spark.stop()
 
 
