@@ -147,6 +147,10 @@ def _add_sql(commands: Commands) -> None:
     p.add_argument("--explain-pruning", action="store_true",
                    help="run the query and print what its scans pruned (dynamic pruning in "
                    "the plan; partitions and files read of each table's total) instead of rows")
+    p.add_argument("--serve", action="store_true",
+                   help="answer through `medallion serve`, started in the background when none "
+                   "serves the lake (it answers the next queries in about a second, and holds "
+                   "the lake until stopped: `kill <its pid>`)")
 
 
 def _add_serve(commands: Commands) -> None:
@@ -480,6 +484,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     project = project_of(args)
+    if args.serve and not args.explain_pruning:
+        _serve_in_background(project, args)
     if not args.explain_pruning and _served_sql(project, args):
         return EXIT_OK
     if first_time(project, "sql-without-serve"):
@@ -502,8 +508,25 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 # Said on a lake's first query that starts Spark of its own.
 SERVE_HINT = ("this query starts Spark, which takes 15 to 30 s; `medallion serve` in another "
-              "terminal keeps it up and answers each query in about a second (stop it before "
-              "a run: it holds the lake)")
+              "terminal (or `medallion sql --serve`, in the background) keeps it up and "
+              "answers each query in about a second (stop it before a run: it holds the lake)")
+
+
+def _serve_in_background(project: ProjectConfig, args: argparse.Namespace) -> None:
+    """For ``sql --serve``: start ``medallion serve`` detached when none serves the lake, and
+    say how to stop it (on stderr: stdout holds the rows)."""
+    from framework.commands import served_at
+
+    if served_at(project) is not None:
+        return
+    from framework.serve import start_detached
+
+    server = start_detached(project, args.conf)
+    print(f"started medallion serve (pid {server.pid}) on {server.address}: the next "
+          f"`medallion sql` answers through it in about a second. It holds the lake: "
+          f"`medallion run` and the other commands that take the lake are refused until it "
+          f"stops. Stop it with `kill {server.pid}` (SIGTERM; its log: {server.log})",
+          file=sys.stderr, flush=True)
 
 
 def _served_sql(project: ProjectConfig, args: argparse.Namespace) -> bool:

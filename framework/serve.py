@@ -15,6 +15,7 @@ needs a classic session: under Spark Connect (``runtime: connect``) it is refuse
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import os
 import re
@@ -228,3 +229,42 @@ def start(spark: SparkSession, host: str, port: int, mode: str,
                                           authentication=mode)
     return server
 
+
+@dataclass(frozen=True)
+class Detached:
+    """A ``medallion serve`` started in the background for ``medallion sql --serve``."""
+
+    pid: int
+    address: str  # host:port
+    log: Path  # its output
+
+
+def start_detached(project: ProjectConfig, conf: str | None, timeout: float = 300.0
+                   ) -> Detached:
+    """Start ``medallion serve`` for the project's lake in a process of its own, detached from
+    this one (its own session, output to a log file), and wait until it serves the lake; a
+    server that exits first is a :class:`UsageError` with the last line it logged."""
+    from framework.commands import served_at
+    from framework.session import cache_folder
+
+    env = project.env
+    digest = hashlib.sha256(env.root.encode()).hexdigest()[:12]
+    log = cache_folder() / "serve" / f"{env.name}-{digest}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-c", "from framework.cli import main; raise SystemExit(main())",
+               "serve", "--env", env.name, "--log-format", "json",
+               *(["--conf", conf] if conf else [])]
+    with open(log, "w", encoding="utf-8") as out:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                 start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while (address := served_at(project)) is None:
+        if child.poll() is not None or time.monotonic() > deadline:
+            said = [x for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
+            raise UsageError(f"expected medallion serve (pid {child.pid}) serving the lake "
+                             f"within {timeout:.0f} s, found it "
+                             f"{'exited' if child.poll() is not None else 'not serving'}: "
+                             f"{said[-1] if said else 'no output'} (its log: {log})")
+        time.sleep(0.5)
+    get_logger(pid=child.pid, address=address).info("serve.detached", log=str(log))
+    return Detached(child.pid, address, log)

@@ -138,3 +138,92 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
         (got, answer, time.monotonic() - started)
     assert got == served_rows
 
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (not our child: a zombie waiting for its reaper has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_sql_serve_starts_a_server_in_the_background_that_the_next_queries_use(
+    lakehouse: Lakehouse,
+) -> None:
+    from pyhive import hive
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.dialects import registry
+
+    from framework.commands import served_at
+    from framework.hive_dialect import NAME, SparkHiveDialect
+
+    port = free_port()
+    env = {**lakehouse.cli_env(), "MEDALLION_SERVE_PORT": str(port)}
+    gold = lakehouse.schemas["gold"]
+
+    def sql(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*medallion_cmd(), "sql", *args, "--json"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+
+    # No server holds the lake: --serve starts one, detached, and answers through it
+    first = sql("SELECT 41 + 1 AS answer", "--serve", "--log-level", "debug")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert [json.loads(line) for line in first.stdout.splitlines()] == [{"answer": 42}]
+    started = re.search(r"started medallion serve \(pid (\d+)\) on localhost:(\d+)",
+                        first.stderr)
+    assert started is not None, first.stderr[-3000:]
+    pid = int(started.group(1))
+    assert int(started.group(2)) == port and '"sql.served"' in first.stderr
+    assert "It holds the lake: `medallion run`" in first.stderr
+    assert f"Stop it with `kill {pid}`" in first.stderr
+    log = Path(re.findall(r"its log: (\S+)\)", first.stderr)[0])
+    try:
+        # A table and a view through a HiveServer2 client
+        connection = hive.connect(host="localhost", port=port, username="analyst")
+        cursor = connection.cursor()
+        for statement in (f"CREATE SCHEMA {gold}",
+                          f"CREATE TABLE {gold}.stores USING delta AS SELECT * FROM VALUES "
+                          "(1, 'north'), (2, 'south') AS t(store_id, region)",
+                          f"CREATE VIEW {gold}.north AS SELECT * FROM {gold}.stores "
+                          "WHERE region = 'north'",
+                          "CREATE TEMPORARY VIEW scratch AS SELECT 1 AS x"):
+            cursor.execute(statement)
+        # Hive's function registry loads in the server's JVM (closing a client's session
+        # initializes it; without hive-llap-common it failed, and printed a Java stack)
+        registry_class = "org.apache.hadoop.hive.ql.exec.FunctionRegistry"
+        cursor.execute(f"SELECT reflect('java.lang.Class', 'forName', '{registry_class}')")
+        assert cursor.fetchall() == [(f"class {registry_class}",)]
+        connection.close()
+
+        # SQLAlchemy lists the schema's tables by name through the package's dialect (PyHive's
+        # own takes the first column of Spark's SHOW TABLES: the schema's name)
+        setup = (REPO / "setup.cfg").read_text()
+        assert f"{NAME} = framework.hive_dialect:{SparkHiveDialect.__name__}" in setup
+        registry.register(NAME, "framework.hive_dialect", SparkHiveDialect.__name__)
+        engine = create_engine(f"hive+spark://analyst@localhost:{port}/default")
+        try:
+            assert sorted(inspect(engine).get_table_names(schema=gold)) == ["north", "stores"]
+        finally:
+            engine.dispose()
+
+        # With the server up, --serve uses it, and so does a plain `medallion sql`
+        again = sql(f"SELECT count(*) AS n FROM {gold}.north", "--serve")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "started medallion serve" not in again.stderr
+        assert [json.loads(line) for line in again.stdout.splitlines()] == [{"n": 1}]
+        served = sql(f"SELECT store_id, region FROM {gold}.stores ORDER BY store_id",
+                     "--log-level", "debug")
+        assert served.returncode == 0, served.stderr[-3000:]
+        assert '"sql.served"' in served.stderr and f"localhost:{port}" in served.stderr
+        assert [json.loads(line) for line in served.stdout.splitlines()] == [
+            {"store_id": 1, "region": "north"}, {"store_id": 2, "region": "south"}]
+    finally:
+        # The way the message says: SIGTERM to its pid
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and running(pid):
+            time.sleep(0.5)
+    said = log.read_text()
+    assert '"serve.finished"' in said, said[-3000:]
+    assert "\tat " not in said and "Exception" not in said, said[-3000:]
+    assert served_at(lakehouse.project()) is None  # the lake is free again
