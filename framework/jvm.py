@@ -166,6 +166,23 @@ def configured_jars(spark: SparkSession) -> str:
     return spark.sparkContext.getConf().get("spark.jars", "") or ""
 
 
+def resolve_alone(spark: SparkSession, coordinate: str) -> str:
+    """The local path of the Maven artifact ``coordinate`` (``group:artifact:version``),
+    resolved by Spark's own Ivy without its dependencies, as ``ADD JAR
+    ivy://...?transitive=false`` does; a :class:`SessionError` when it cannot be."""
+    from py4j.protocol import Py4JError
+
+    require_classic(spark, f"resolving {coordinate}")
+    jvm: Any = spark._jvm
+    try:
+        uri = jvm.java.net.URI.create(f"ivy://{coordinate}?transitive=false")
+        return str(jvm.org.apache.spark.util.DependencyUtils.resolveMavenDependencies(uri)
+                   .mkString(","))
+    except Py4JError as exc:
+        raise SessionError(f"expected {coordinate} resolved by Spark's Ivy, found an error: "
+                           f"{first_line(exc)[:300]}") from exc
+
+
 def has_class(spark: SparkSession, name: str) -> bool:
     """Whether the classic driver's classpath holds ``name``; a Connect server's classpath is
     the server's own concern (a missing class fails the statement that needs it)."""

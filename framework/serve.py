@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import ipaddress
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -92,74 +91,13 @@ def driver_class_path() -> dict[str, str]:
     Delta catalog through the JVM's class path, not through the jars a running session adds,
     so the driver starts with Delta's own jars on it (only those: their dependencies' older
     versions would shadow Spark's), and with Hive's LLAP classes (:func:`hive_llap_jar`)."""
-    from framework.session import cached_jars
+    from framework.session import cached_jars, hive_llap_jar
     from framework.storage import local_path
 
     delta = [local_path(j) for j in cached_jars()
              if j.rsplit("/", 1)[-1].startswith(DELTA_JARS)]
     jars = [*delta, *([llap] if (llap := hive_llap_jar()) else [])]
     return {"spark.driver.extraClassPath": ":".join(jars)} if jars else {}
-
-
-# A client's session closed on the server ends Hive's session state, which asks for the thread's
-# Hive client (``SessionState.unCacheDataNucleusClassLoaders``); a new one registers Hive's
-# functions, and Hive's function registry loads the LLAP splits function, whose classes are in
-# hive-llap-common: a jar Spark 4 no longer ships (SPARK-51041 added it back for the thrift
-# server's tests only). Without it the server printed a NoClassDefFoundError
-# (org/apache/hadoop/hive/llap/security/LlapSigner$Signable) and its stack. It is resolved by
-# Spark's own Ivy, as Delta's jars are, without its dependencies (pyspark ships them), at the
-# Hive version pyspark ships, and put on the serving driver's class path.
-HIVE_LLAP = "org.apache.hive:hive-llap-common"
-
-
-def hive_version() -> str | None:
-    """The version of the Hive classes pyspark ships (its hive-exec jar's), None without."""
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
-    found = sorted(jars.glob("hive-exec-*.jar"))
-    match = re.match(r"hive-exec-(\d[^-]*)", found[0].name) if found else None
-    return match.group(1) if match else None
-
-
-def _llap_manifest(version: str) -> Path:
-    from framework.session import cache_folder
-
-    return cache_folder() / f"hive-llap-common_{version}.jars"
-
-
-def hive_llap_jar(resolve: bool = True) -> str | None:
-    """The local path of hive-llap-common at pyspark's Hive version, resolved once (in a
-    process of its own, :func:`framework.session.main`, when the setup step has not) and
-    cached; None when it cannot be had (no Hive classes, or the repository out of reach)."""
-    version = hive_version()
-    if version is None:
-        return None
-    manifest = _llap_manifest(version)
-    if not manifest.is_file() and resolve:
-        done = subprocess.run([sys.executable, "-m", "framework.session"], capture_output=True,
-                              text=True, timeout=600)
-        if done.returncode != 0:
-            get_logger(package=f"{HIVE_LLAP}:{version}").warning(
-                "serve.jar_unresolved", error=done.stderr.strip()[-300:])
-    jar = manifest.read_text().strip() if manifest.is_file() else ""
-    return jar if jar and Path(jar).is_file() else None
-
-
-def resolve_hive_llap(spark: SparkSession) -> str | None:
-    """Resolve hive-llap-common (:data:`HIVE_LLAP`) with ``spark``'s Ivy, without its
-    dependencies, and remember its path (:func:`hive_llap_jar`)."""
-    version = hive_version()
-    if version is None:
-        return None
-    jvm: Any = spark._jvm
-    uri = jvm.java.net.URI.create(f"ivy://{HIVE_LLAP}:{version}?transitive=false")
-    jar = str(jvm.org.apache.spark.util.DependencyUtils.resolveMavenDependencies(uri)
-              .mkString(","))
-    manifest = _llap_manifest(version)
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(jar + "\n")
-    return jar
 
 
 def serve(project: ProjectConfig, host: str | None = None, port: int | None = None) -> None:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from framework.jvm import (
     hadoop_version,
     has_class,
     launch_driver,
+    resolve_alone,
     set_log_level,
 )
 from framework.layers import layer_packages
@@ -492,6 +495,62 @@ _BUILDERS: dict[Runtime, Callable[[Environment, str, dict[str, str]], SparkSessi
 }
 
 
+# A client's session closed on the server ends Hive's session state, which asks for the thread's
+# Hive client (``SessionState.unCacheDataNucleusClassLoaders``); a new one registers Hive's
+# functions, and Hive's function registry loads the LLAP splits function, whose classes are in
+# hive-llap-common: a jar Spark 4 no longer ships (SPARK-51041 added it back for the thrift
+# server's tests only). Without it the server printed a NoClassDefFoundError
+# (org/apache/hadoop/hive/llap/security/LlapSigner$Signable) and its stack. It is resolved by
+# Spark's own Ivy, as Delta's jars are, without its dependencies (pyspark ships them), at the
+# Hive version pyspark ships, and put on the serving driver's class path.
+HIVE_LLAP = "org.apache.hive:hive-llap-common"
+
+
+def hive_version() -> str | None:
+    """The version of the Hive classes pyspark ships (its hive-exec jar's), None without."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    found = sorted(jars.glob("hive-exec-*.jar"))
+    match = re.match(r"hive-exec-(\d[^-]*)", found[0].name) if found else None
+    return match.group(1) if match else None
+
+
+def _llap_manifest(version: str) -> Path:
+    return cache_folder() / f"hive-llap-common_{version}.jars"
+
+
+def hive_llap_jar(resolve: bool = True) -> str | None:
+    """The local path of hive-llap-common at pyspark's Hive version, resolved once (in a
+    process of its own, :func:`framework.session.main`, when the setup step has not) and
+    cached; None when it cannot be had (no Hive classes, or the repository out of reach)."""
+    version = hive_version()
+    if version is None:
+        return None
+    manifest = _llap_manifest(version)
+    if not manifest.is_file() and resolve:
+        done = subprocess.run([sys.executable, "-m", "framework.session"], capture_output=True,
+                              text=True, timeout=600)
+        if done.returncode != 0:
+            get_logger(package=f"{HIVE_LLAP}:{version}").warning(
+                "serve.jar_unresolved", error=done.stderr.strip()[-300:])
+    jar = manifest.read_text().strip() if manifest.is_file() else ""
+    return jar if jar and Path(jar).is_file() else None
+
+
+def resolve_hive_llap(spark: SparkSession) -> str | None:
+    """Resolve hive-llap-common (:data:`HIVE_LLAP`) with ``spark``'s Ivy, without its
+    dependencies, and remember its path (:func:`hive_llap_jar`)."""
+    version = hive_version()
+    if version is None:
+        return None
+    jar = resolve_alone(spark, f"{HIVE_LLAP}:{version}")
+    manifest = _llap_manifest(version)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(jar + "\n")
+    return jar
+
+
 def main() -> None:
     """Warm the Ivy cache with the jars of :func:`spark_packages` (the setup step's, not tests')."""
     import tempfile
@@ -503,15 +562,10 @@ def main() -> None:
         spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
         spark.range(1).write.format("delta").save(os.path.join(root, "probe"))
         print(f"jars ready: {', '.join(spark_packages())} (Spark {spark.version})")
-        from py4j.protocol import Py4JError
-
-        from framework.serve import resolve_hive_llap  # (medallion serve's driver needs it)
-
-        try:
+        try:  # (medallion serve's driver needs it)
             print(f"and for medallion serve: {resolve_hive_llap(spark)}")
-        except Py4JError as exc:  # serve works without it, but prints a stack as it stops
-            print(f"warning: hive-llap-common not resolved for medallion serve: "
-                  f"{str(exc).strip().splitlines()[-1][:300]}")
+        except SessionError as exc:  # serve works without it, but prints a stack as it stops
+            print(f"warning: hive-llap-common not resolved for medallion serve: {exc}")
         spark.stop()
 
 

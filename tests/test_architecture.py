@@ -264,9 +264,10 @@ def test_the_jvm_capability_returns_no_py4j_object_on_a_classic_session(
     assert got["error_chain"][0].parameters == {"errorMessage": "found"}  # (the chain is read)
     assert len(got["executed_scans"][1]) == 1 and got["HadoopFileSystem.list_files"]
     assert {name: found for name, value in got.items() if (found := _py4j_objects(value))} == {}
-    # every function is called here but those that return nothing or start the driver or the
-    # Thrift server (the annotations' check covers them)
-    kept = {"require_classic", "set_log_level", "launch_driver", "thrift_server"}
+    # every function is called here but those that return nothing, start the driver or the
+    # Thrift server, or reach a Maven repository (the annotations' check covers them)
+    kept = {"require_classic", "set_log_level", "launch_driver", "thrift_server",
+            "resolve_alone"}
     assert {n for n in _jvm_interface() if "." not in n or n.startswith("HadoopFileSystem.")} \
         == set(got) | kept
 
