@@ -58,24 +58,17 @@ from bronze.conform import (
 from bronze.malformed import file_reason, json_reason
 from bronze.spec import BronzeTableSpec, SchemaEvolution, SourceFormat
 from framework.errors import StorageError
+from framework.formats import CSV_DEFAULTS, STRICT_JSON
 from framework.storage import Storage, from_uri
 
 __all__ = ["CORRUPT", "CORRUPT_REASON", "CSV_DEFAULTS", "DROPPED", "NOT_UTF8", "RAW_PREFIX",
            "FeedReader", "JsonLines", "Records", "lenient", "literal", "malformed_reason",
            "one_json_value", "parse_json_lines"]
 
-# RFC 4180, with a header: a quoted field may hold a line break, a quote inside one is doubled
-# (Spark's defaults cut such a row in two and keep the doubled quotes), a quoted empty field is
-# an empty string and an unquoted one null (Spark's defaults read both as null: its null text is
-# the empty string, so a text no field holds stands in for it).
-NULL_TEXT = "\u0000null\u0000"
-CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"', "emptyValue": "",
-                "nullValue": NULL_TEXT}
-# Strict JSON (RFC 8259); a feed's options may turn one of these on explicitly.
+# A feed's options may turn one of these on explicitly (strict JSON otherwise: STRICT_JSON).
 LENIENCIES = ("allowComments", "allowSingleQuotes", "allowUnquotedFieldNames",
               "allowNumericLeadingZeros", "allowNonNumericNumbers",
               "allowBackslashEscapingAnyCharacter", "allowUnquotedControlChars")
-STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 RAW_PREFIX = 4096  # characters of an oversized record's text kept in the quarantine
 # The message a read fails with on text that is not UTF-8; the file's path follows it.
 NOT_UTF8 = "[medallion] not UTF-8 text in file "

@@ -25,6 +25,7 @@ from framework.config.model import (
 )
 from framework.config.types import Identifier, Model, Text
 from framework.errors import ConfigError
+from framework.formats import FileFormat
 from framework.storage import from_uri, local_path
 
 
@@ -57,12 +58,7 @@ INGESTION_COLUMNS = (Column("_source_file", "string"),
                      Column("_batch_id", "bigint"))
 
 
-class SourceFormat(StrEnum):
-    """File formats bronze reads."""
-
-    JSON = "json"  # JSON Lines, one record per line
-    CSV = "csv"
-    PARQUET = "parquet"
+SourceFormat = FileFormat  # the file formats bronze reads (framework.formats: json, csv, parquet)
 
 
 # Encodings whose line breaks are the byte of "\n", which Spark's line reader splits on.
