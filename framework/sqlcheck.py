@@ -12,6 +12,7 @@ expression naming a column is accepted as long as it parses and its functions ex
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,9 +52,26 @@ def parser_session(env: Environment | None = None) -> SparkSession:
 
         if on_spark_connect(env):
             return get_spark(env, "medallion-validate")
-    return SparkSession.getActiveSession() or (
-        SparkSession.builder.master("local[1]").appName("medallion-validate")
-        .config("spark.ui.enabled", "false").getOrCreate())
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from framework.jvm import launch_driver
+    from framework.session import JAVA_STACKS, TIME_ZONE, quiet_log_config
+
+    # Quiet as the lake's own sessions are: Spark's log and progress bars only with
+    # --log-level debug (a command's output holds its own lines); UTC unless configured.
+    debug = os.environ.get(JAVA_STACKS) == "1"
+    zone = env.spark_conf.get(TIME_ZONE) if env is not None else None
+    settings = {"spark.master": "local[1]", "spark.app.name": "medallion-validate",
+                "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                TIME_ZONE: zone if isinstance(zone, str) else "UTC",
+                **({} if debug else {"spark.driver.extraJavaOptions":
+                                     f"-Dlog4j2.configurationFile={quiet_log_config()}"})}
+    launch_driver(settings, notices=debug)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def parse_schema(ddl: str) -> StructType:
