@@ -47,6 +47,7 @@ from framework.errors import (
     UsageError,
     first_line,
 )
+from framework.formats import FileFormat
 from framework.layers import plugins
 from framework.logging import LogFormat, configure_logging, get_logger
 from framework.redaction import redacted_output
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = Commands(sub, common_options())
-    for add_command in (_add_validate, _add_run, _add_refresh, _add_status, _add_sql,
+    for add_command in (_add_validate, _add_new, _add_run, _add_refresh, _add_status, _add_sql,
                         _add_serve, _add_report, _add_optimize, _add_init):
         add_command(commands)
     for layer_plugin in plugins().values():
@@ -83,6 +84,27 @@ def _add_validate(commands: Commands) -> None:
                      "The specs' SQL (schemas, types, expressions) is parsed by Spark.")
     p.add_argument("--no-spark", action="store_true",
                    help="skip the checks that need Spark's SQL parser (no JVM started)")
+
+
+def _add_new(commands: Commands) -> None:
+    p = commands.add("new", cmd_new, help="write a new feed's specs from sample files",
+                     description="Read sample files of a feed (JSON Lines, CSV with a header, "
+                     "Parquet) with Spark, infer their schema as bronze will read them, and "
+                     "write commented specs to edit: conf/tables/bronze/<table>.yaml (landing "
+                     "path, format, schema) and conf/tables/silver/<table>.yaml (typed columns, "
+                     "the key and event time found in the samples, a not-null rule on the key, "
+                     "dedup with a watermark); with --gold, conf/tables/gold/<table>_daily.yaml "
+                     "(a daily aggregate). Never replaces a spec. Then checks the whole "
+                     "configuration as 'validate' does and prints the commands that land the "
+                     "samples, run the flow and query it.")
+    p.add_argument("table", help="the feed's table name (letters, digits and _)")
+    p.add_argument("--from", dest="samples", required=True, metavar="PATH",
+                   help="a sample file, or a folder of them")
+    p.add_argument("--format", choices=[f.value for f in FileFormat],
+                   help="the samples' format (default: from their extension: .json, .jsonl, "
+                   ".ndjson, .csv, .parquet)")
+    p.add_argument("--gold", action="store_true",
+                   help="also write a daily aggregate of the silver table")
 
 
 def _add_run(commands: Commands) -> None:
@@ -289,6 +311,47 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"warning: {t.source_file}: {advice}")
     if lake is not None:
         _warn_stale(lake, project)
+    return EXIT_OK
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    """A new feed's specs from its samples (:mod:`framework.scaffold`), then the configuration
+    checked as ``validate`` checks it, then the commands to run next."""
+    import shlex
+
+    from framework.config.loader import load_checked
+    from framework.scaffold import (
+        Scaffold,
+        check_table_name,
+        find_samples,
+        next_commands,
+        options_of,
+        read_sample,
+        targets,
+        write_specs,
+    )
+    from framework.sqlcheck import parser_session
+
+    check_table_name(args.table, args.gold)
+    samples = find_samples(args.samples, FileFormat(args.format) if args.format else None)
+    project, problems = load_checked(args.conf, args.env)
+    if project is None:  # no valid environment: nowhere to write, no table names
+        raise ConfigValidationError(problems)
+    files = targets(project.conf_dir, args.table, args.gold)
+    spark = _lake_session(project) or parser_session(project.env)
+    options = options_of(args.conf, args.env)
+    origin = shlex.join(["medallion", "new", args.table, "--from", args.samples,
+                         *(["--format", args.format] if args.format else []),
+                         *(["--gold"] if args.gold else [])])
+    texts = Scaffold(args.table, read_sample(spark, samples), origin).specs(args.gold)
+    for file in write_specs(files, texts):
+        print(f"written: {file}")
+    cmd_validate(argparse.Namespace(**{**vars(args), "no_spark": False}))
+    last = Layer.GOLD if args.gold else Layer.SILVER
+    shown = project.env.table_name(last, files[last].stem)
+    print("next:")
+    for command in next_commands(args.table, samples, shown, options):
+        print(f"  {shlex.join(['medallion', *command])}")
     return EXIT_OK
 
 
