@@ -11,10 +11,11 @@ from typing import cast
 
 from pyspark.sql import DataFrame, SparkSession
 
-from bronze.reading import CSV_DEFAULTS, literal
-from bronze.spec import BronzeTableSpec, SourceFormat
+from bronze.reading import literal
+from bronze.spec import BronzeTableSpec
 from framework.config.model import Table
 from framework.errors import ConfigError, MedallionError
+from framework.formats import INFERENCE
 from framework.storage import from_uri
 
 _SCHEMA_LINE = re.compile(r"^(?P<indent>\s+)schema\s*:")
@@ -25,10 +26,8 @@ def infer_schema(spark: SparkSession, table: Table, sample_files: int = 50) -> s
     """DDL for the records of up to ``sample_files`` landing files."""
     spec = cast(BronzeTableSpec, table.spec)
     landing = spec.landing(table)
-    options = {"recursiveFileLookup": str(spec.source.recursive_file_lookup).lower()}
-    if spec.source.format is SourceFormat.CSV:
-        options |= {**CSV_DEFAULTS, "inferSchema": "true"}
-    options |= spec.source.options
+    options = {"recursiveFileLookup": str(spec.source.recursive_file_lookup).lower(),
+               **INFERENCE[spec.source.format], **spec.source.options}
 
     def reader(paths: str | list[str]) -> DataFrame:
         return spark.read.format(spec.source.format.value).options(**options).load(paths)

@@ -40,3 +40,11 @@ CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"', "emptyValu
                 "nullValue": NULL_TEXT}
 # Strict JSON (RFC 8259); a feed's options may turn one of these on explicitly.
 STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
+# How a schema is inferred from a feed's files, with bronze's reader options: JSON timestamps as
+# Spark finds them, CSV fields typed; what ``medallion new`` and ``medallion infer-schema``
+# write into a spec.
+INFERENCE = {
+    FileFormat.JSON: {**STRICT_JSON, "inferTimestamp": "true"},
+    FileFormat.CSV: {**CSV_DEFAULTS, "inferSchema": "true"},
+    FileFormat.PARQUET: {},
+}

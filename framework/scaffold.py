@@ -30,19 +30,18 @@ import yaml
 from framework.config.model import Layer
 from framework.config.types import IDENTIFIER
 from framework.errors import UsageError, first_line
-from framework.formats import CSV_DEFAULTS, EXTENSIONS, STRICT_JSON, FileFormat
+from framework.formats import EXTENSIONS, INFERENCE, FileFormat
 from framework.identifiers import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructField, StructType
 
-# Spark's inference with bronze's reader options; a record that does not parse fails the read.
-INFERENCE = {
-    FileFormat.JSON: {**STRICT_JSON, "inferTimestamp": "true", "mode": "FAILFAST"},
-    FileFormat.CSV: {**CSV_DEFAULTS, "inferSchema": "true", "mode": "FAILFAST"},
-    FileFormat.PARQUET: {},
-}
+# Spark's inference with bronze's reader options; a sample record that does not parse fails
+# the read (a sample should be clean; ``infer-schema`` skips such records in a landing folder).
+SAMPLE_INFERENCE = {
+    fmt: {**options, "mode": "FAILFAST"} if fmt is not FileFormat.PARQUET else options
+    for fmt, options in INFERENCE.items()}
 DESCRIBED = {FileFormat.JSON: "one JSON object per line",
              FileFormat.CSV: "CSV files with a header line",
              FileFormat.PARQUET: "Parquet files"}
@@ -253,7 +252,7 @@ def read_sample(spark: SparkSession, samples: Samples) -> Sample:
                            f"what Spark cannot read: {_cause(exc)}")
 
     try:
-        df = spark.read.format(samples.fmt.value).options(**INFERENCE[samples.fmt]) \
+        df = spark.read.format(samples.fmt.value).options(**SAMPLE_INFERENCE[samples.fmt]) \
             .load(samples.paths)
         fields = _in_file_order(spark, samples, df.schema)
     except Exception as exc:

@@ -586,6 +586,7 @@ def test_a_schema_is_inferred_once_into_the_spec_never_at_run_time(
     assert spec_file.read_text().startswith("# orders feed\n")  # comments kept
     inferred = lakehouse.project().table("orders").spec.source.schema_  # type: ignore[attr-defined]
     assert "`order_id` STRING" in inferred and "`quantity` BIGINT" in inferred
+    assert "`event_time` TIMESTAMP" in inferred  # as bronze reads it (and `medallion new`)
     assert run_bronze(spark, lakehouse).rows_out == 6
 
 
