@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = Commands(sub, common_options())
-    for add_command in (_add_validate, _add_new, _add_run, _add_refresh, _add_status, _add_sql,
-                        _add_serve, _add_report, _add_optimize, _add_init):
+    for add_command in (_add_validate, _add_new, _add_test, _add_run, _add_refresh, _add_status,
+                        _add_sql, _add_serve, _add_report, _add_optimize, _add_init):
         add_command(commands)
     for layer_plugin in plugins().values():
         if layer_plugin.commands is not None:
@@ -105,6 +105,18 @@ def _add_new(commands: Commands) -> None:
                    ".ndjson, .csv, .parquet)")
     p.add_argument("--gold", action="store_true",
                    help="also write a daily aggregate of the silver table")
+
+
+def _add_test(commands: Commands) -> None:
+    p = commands.add("test", cmd_test, help="run the specs' own test cases, offline",
+                     description="Run each test case of conf/tests/<layer.name>/<case>/ "
+                     "(input rows or files, the rows expected, and optionally those expected "
+                     "in the quarantine) through the table's own job on a scratch lake in a "
+                     "temporary folder, and compare: PASS, or FAIL with the rows missing, "
+                     "extra, and the values that differ for a key. Exit 0 when every case "
+                     "passes, 1 when one fails, 2 for a case that cannot be run as given.")
+    p.add_argument("table", nargs="*",
+                   help="a table whose cases to run: silver.orders, or orders (default: all)")
 
 
 def _add_run(commands: Commands) -> None:
@@ -406,6 +418,26 @@ def _warn_stale(spark: Any, project: ProjectConfig) -> None:
         print(f"warning: {t.source_file}: rows of {t.full_name} were written under another "
               f"spec: {'; '.join(c.describe() for c in changes)}. Only a refresh recomputes "
               f"them: {refresh_command(project, t)}")
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    """Each test case of the tables asked, PASS or FAIL with its differences
+    (:mod:`framework.spectest`)."""
+    from framework.spectest import SpecTestError, find_cases, run_cases, scratch_refusal
+
+    project = project_of(args)
+    cases = find_cases(project, args.table)
+    refusal = scratch_refusal(project.env)
+    if refusal is not None:
+        raise SpecTestError(refusal)
+    spark = spark_for(project, "medallion-test")
+    failed = 0
+    for outcome in run_cases(spark, project, cases):
+        for line in outcome.lines():
+            print(line, flush=True)
+        failed += not outcome.passed
+    print(f"{len(cases) - failed} passed, {failed} failed")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:

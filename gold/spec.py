@@ -302,6 +302,9 @@ class AggregateSpec(GoldSpec):
     def upstream(self) -> list[tuple[Layer, str]]:
         return [(self.source.layer, self.source.table)]
 
+    def row_keys(self) -> list[str]:
+        return self.merge_keys
+
     def stale_parts(self) -> dict[str, str]:
         """The source, the event time and its watermark, the window, the grouping and each
         aggregate's expression."""

@@ -275,6 +275,15 @@ class SilverTableSpec(TableSpec):
                     "run)")
         return None
 
+    def row_keys(self) -> list[str]:
+        """A version of a key (scd2: its keys and ``__start_at``), a key (upsert), the dedup
+        keys (append with dedup); none for a plain append."""
+        if self.mode is WriteMode.SCD2 and self.changes is not None:
+            return [*self.changes.keys, "__start_at"]
+        if self.changes is not None:
+            return list(self.changes.keys)
+        return list(self.dedup.keys) if self.dedup else []
+
     def stale_parts(self) -> dict[str, str]:
         """Each column's origin and type, each rule keeping rows out (not a ``warn``: its rows
         are kept), the transforms, source, event time, dedup keys and change mode."""

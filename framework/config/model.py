@@ -373,6 +373,12 @@ class TableSpec(Model):
         join that cannot prune, say), shown by ``medallion validate``."""
         return []
 
+    def row_keys(self) -> list[str]:
+        """The columns that identify one row of the table, by which ``medallion test`` pairs
+        an expected row with the row found (:mod:`framework.spectest`); none by default: rows
+        are compared whole."""
+        return []
+
     def rebuild(self, table: Table) -> Rebuild | None:
         """How ``medallion refresh`` rebuilds the table (None: a view, with no rows of its
         own); by default its stream's checkpoint and its own table are reset."""
