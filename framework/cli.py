@@ -335,11 +335,13 @@ def cmd_new(args: argparse.Namespace) -> int:
     from framework.scaffold import (
         Scaffold,
         check_table_name,
+        example_case,
         find_samples,
         next_commands,
         options_of,
         read_sample,
         targets,
+        write_example_case,
         write_specs,
     )
     from framework.sqlcheck import parser_session
@@ -355,8 +357,11 @@ def cmd_new(args: argparse.Namespace) -> int:
     origin = shlex.join(["medallion", "new", args.table, "--from", args.samples,
                          *(["--format", args.format] if args.format else []),
                          *(["--gold"] if args.gold else [])])
-    texts = Scaffold(args.table, read_sample(spark, samples), origin).specs(args.gold)
-    for file in write_specs(files, texts):
+    sample = read_sample(spark, samples)
+    texts = Scaffold(args.table, sample, origin).specs(args.gold)
+    written = write_specs(files, texts)
+    written += write_example_case(project.conf_dir, args.table, example_case(spark, sample))
+    for file in written:
         print(f"written: {file}")
     cmd_validate(argparse.Namespace(**{**vars(args), "no_spark": False}))
     last = Layer.GOLD if args.gold else Layer.SILVER

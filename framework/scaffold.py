@@ -11,7 +11,9 @@ a measure (a number) and a group (a text column of few values).
 
 The specs are YAML text from templates, commented for the person who edits them; they are
 checked by the loader afterwards (``medallion validate``), as any spec is. An existing spec is
-never replaced: every target is checked before anything is written.
+never replaced: every target is checked before anything is written. Beside them, a test case of
+the silver table (``conf/tests/silver.<table>/sample/``, run by ``medallion test``): a few sample
+rows as bronze holds them, and the same rows as silver keeps them.
 """
 
 from __future__ import annotations
@@ -537,6 +539,48 @@ def write_specs(files: dict[Layer, Path], texts: dict[Layer, str]) -> list[Path]
             file.unlink()
         raise UsageError(f"expected no spec at {exc.filename}, found one written meanwhile: "
                          "'medallion new' never replaces a spec") from exc
+    return written
+
+
+# ----------------------------------------------------------------------------- an example case
+EXAMPLE_ROWS = 3
+EXAMPLE_CASE = "sample"
+
+
+def example_case(spark: SparkSession, sample: Sample) -> dict[str, str]:
+    """A test case of the silver table written (``medallion test``, :mod:`framework.spectest`):
+    the first sample rows as bronze holds them (``input.jsonl``, bronze's column names and
+    types) and as silver keeps them (``expected.jsonl``, silver's names). Silver keeps every
+    one: the key (if any) is unique and non-null in the samples, the types are those the
+    samples were read with, and one batch drops nothing as late. None for a binary column,
+    which JSON Lines do not carry as such."""
+    from pyspark.sql import functions as F
+
+    if any("BINARY" in c.ddl for c in sample.columns):
+        return {}
+    s = sample.samples
+    df = spark.read.format(s.fmt.value).options(**SAMPLE_INFERENCE[s.fmt]).schema(sample.ddl) \
+        .load(s.paths).limit(EXAMPLE_ROWS)
+    pairs = df.select(
+        F.to_json(F.struct(*(F.col(quote(c.name)).alias(c.name) for c in sample.columns))),
+        F.to_json(F.struct(*(F.col(quote(c.name)).alias(c.silver_name)
+                             for c in sample.columns)))).collect()
+    return {"input.jsonl": "".join(f"{bronze}\n" for bronze, _ in pairs),
+            "expected.jsonl": "".join(f"{silver}\n" for _, silver in pairs)}
+
+
+def write_example_case(conf_dir: str | Path, table: str, files: dict[str, str]) -> list[Path]:
+    """The example case's files under ``conf/tests/silver.<table>/sample/``; nothing when that
+    folder exists (a case is never replaced)."""
+    folder = Path(conf_dir) / "tests" / f"{Layer.SILVER.value}.{table}" / EXAMPLE_CASE
+    if not files or folder.exists():
+        return []
+    folder.mkdir(parents=True)
+    written = []
+    for name, text in files.items():
+        with open(folder / name, "x", encoding="utf-8") as out:
+            out.write(text)
+        written.append(folder / name)
     return written
 
 

@@ -277,3 +277,23 @@ def test_a_case_that_cannot_run_as_given_is_one_line_and_exit_2(
         "expected.jsonl": [{"order_id": "o1"}]})
     assert bad().startswith(f"{folder}/input.jsonl: expected values of the types of "
                             "bronze.orders's columns, found a row Spark cannot read so: ")
+
+
+# ------------------------------------------------------------------------------ medallion new
+def test_the_case_medallion_new_writes_passes(lakehouse: Lakehouse, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    sample = tmp_path / "sales.jsonl"
+    sample.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": 1, "event_time": "2026-11-01T08:00:00", "amount": 12.5, "category": "books"},
+        {"id": 2, "event_time": "2026-11-01T09:30:00", "amount": 3.0, "category": "games"},
+        {"id": 3, "event_time": "2026-11-01T17:45:00", "amount": None, "category": "books"},
+        {"id": 4, "event_time": "2026-11-02T10:00:00", "amount": 20.0, "category": "games"}]))
+    assert cli(lakehouse, "new", "sales", "--from", str(sample)) == 0
+    case = lakehouse.conf / "tests" / "silver.sales" / "sample"
+    assert (case / "input.jsonl").read_text().splitlines() == [
+        '{"id":1,"event_time":"2026-11-01T08:00:00.000Z","amount":12.5,"category":"books"}',
+        '{"id":2,"event_time":"2026-11-01T09:30:00.000Z","amount":3.0,"category":"games"}',
+        '{"id":3,"event_time":"2026-11-01T17:45:00.000Z","category":"books"}']
+    assert (case / "expected.jsonl").read_text() == (case / "input.jsonl").read_text()
+    code, lines = medallion_test(lakehouse, capsys, "silver.sales")
+    assert (code, lines) == (0, ["PASS silver.sales/sample (3 rows)", "1 passed, 0 failed"])
