@@ -297,3 +297,15 @@ def test_the_case_medallion_new_writes_passes(lakehouse: Lakehouse, tmp_path: Pa
     assert (case / "expected.jsonl").read_text() == (case / "input.jsonl").read_text()
     code, lines = medallion_test(lakehouse, capsys, "silver.sales")
     assert (code, lines) == (0, ["PASS silver.sales/sample (3 rows)", "1 passed, 0 failed"])
+
+
+def test_a_case_whose_job_fails_says_why(lakehouse: Lakehouse,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with_orders(lakehouse, expectations=[
+        {"name": "positive_quantity", "rule": "quantity > 0", "action": "fail"}])
+    write_case(lakehouse, "silver.orders", "zero_quantity", {
+        "input.jsonl": [order("o1", 0)], "expected.jsonl": []})
+    code, lines = medallion_test(lakehouse, capsys)
+    assert code == 1 and lines[1:] == ["0 passed, 1 failed"], lines
+    assert lines[0].startswith("FAIL silver.orders/zero_quantity: the run failed: ")
+    assert "positive_quantity" in lines[0]
