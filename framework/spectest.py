@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from framework.config.model import Environment, Layer, LayerSchemas, Runtime, Stored, Table
 from framework.errors import TableNotFoundError, UsageError
-from framework.identifiers import quote_name
+from framework.identifiers import quote, quote_name
 from framework.layers import job_class, planner
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from framework.config.model import ProjectConfig
@@ -251,15 +251,18 @@ def typed(spark: SparkSession, path: Path, schema: StructType, what: str) -> Dat
     if path.suffix == ".csv":
         text = StructType([StructField(c, StringType(), True) for c in columns])
         raw = spark.createDataFrame([tuple(r.get(c) for c in columns) for r in records], text)
-        df = raw.select(*(F.col(c).cast(nullable[c].dataType).alias(c) for c in columns))
-        bad = raw.select(*(F.col(c).alias(f"raw_{i}") for i, c in enumerate(columns)),
-                         *(F.col(c).cast(nullable[c].dataType).isNull().alias(f"null_{i}")
-                           for i, c in enumerate(columns)))
+        def cast(c: str) -> Column:  # null for text that is not of the type (ANSI or not)
+            return F.expr(f"try_cast({quote(c)} AS {nullable[c].dataType.simpleString()})")
+
+        df = raw.select(*(cast(c).alias(c) for c in columns))
+        bad = raw.select(*(F.col(quote(c)).alias(f"raw_{i}") for i, c in enumerate(columns)),
+                         *(cast(c).isNull().alias(f"null_{i}") for i, c in enumerate(columns)))
         for row in bad.collect():
             for i, c in enumerate(columns):
                 if row[f"raw_{i}"] is not None and row[f"null_{i}"]:
-                    raise SpecTestError(f"{path}: expected a {nullable[c].dataType.simpleString()}"
-                                        f" in column {c}, found {row[f'raw_{i}']!r}")
+                    raise SpecTestError(f"{path}: expected a value of type "
+                                        f"{nullable[c].dataType.simpleString()} in column {c}, "
+                                        f"found {row[f'raw_{i}']!r}")
     else:
         lines = spark.createDataFrame([(json.dumps(r),) for r in records], "value string")
         df = lines.select(F.from_json("value", nullable, {"mode": "FAILFAST"}).alias("r")) \
@@ -272,8 +275,9 @@ def typed(spark: SparkSession, path: Path, schema: StructType, what: str) -> Dat
                                 f"found a row Spark cannot read so: "
                                 f"{str(exc).strip().splitlines()[0]}") from None
     missing = [f for f in nullable.fields if f.name not in columns]
-    return df.select(*columns, *(F.lit(None).cast(f.dataType).alias(f.name) for f in missing)) \
-        .select(*nullable.fieldNames())
+    return df.select(*(F.col(quote(c)) for c in columns),
+                     *(F.lit(None).cast(f.dataType).alias(f.name) for f in missing)) \
+        .select(*(F.col(quote(c)) for c in nullable.fieldNames()))
 
 
 # ------------------------------------------------------------------------------ comparing rows
@@ -469,30 +473,41 @@ def run_case(spark: SparkSession, project: ProjectConfig, case: Case) -> Outcome
             summary = job_class(target)(spark, target, RunContext()).run()
             if summary.status is RunStatus.FAILED:
                 return Outcome(case, failure=summary.error)
-        outcome = Outcome(case, expected_rows=len(expected))
-        found = spark.read.format("delta").load(target.location) \
-            if target.spec.stored() is Stored.DELTA else spark.table(target.full_name)
-        outcome.differences = _compare(spark, case.expected, found, what,
-                                       case.table.spec.row_keys())
-        if case.quarantine is not None:
-            quarantine = _rows_of(spark, target.companion_location("quarantine"))
-            _, rows = read_records(case.quarantine)
-            outcome.quarantined_rows = len(rows)
-            if quarantine is None:  # none was made: any row expected there is missing
-                outcome.differences += [f"quarantine missing: {shown(r)}" for r in rows]
-            else:
-                outcome.differences += _compare(spark, case.quarantine, quarantine,
-                                                f"{what}'s quarantine", [], "quarantine ")
+        return _outcome(spark, case, target, len(expected))
+
+
+def _outcome(spark: SparkSession, case: Case, target: Table, expected: int) -> Outcome:
+    """What the run left in ``target`` (and its quarantine) against what the case expects."""
+    what = f"{case.table.layer.value}.{case.table.name}"
+    outcome = Outcome(case, expected_rows=expected)
+    found = spark.read.format("delta").load(target.location) \
+        if target.spec.stored() is Stored.DELTA else spark.table(target.full_name)
+    outcome.differences = _compare(spark, case.expected, found, what, case.table.spec.row_keys())
+    if case.quarantine is not None:
+        quarantine = _rows_of(spark, target.companion_location("quarantine"))
+        columns, rows = read_records(case.quarantine)
+        outcome.quarantined_rows = len(rows)
+        if quarantine is None:  # none was made: any row expected there is missing
+            outcome.differences += differences(rows, [], columns, [], "quarantine ")
+        else:
+            outcome.differences += _compare(spark, case.quarantine, quarantine,
+                                            f"{what}'s quarantine", [], "quarantine ")
     return outcome
 
 
 def _compare(spark: SparkSession, path: Path, found: DataFrame, what: str,
              keys: Sequence[str], prefix: str = "") -> list[str]:
+    """The differences between the rows of ``path`` and those ``found``, over the columns the
+    file names (every column when it names none: an empty file, no row expected)."""
+    from pyspark.sql import functions as F
+
     columns, _ = read_records(path)
     check_columns(path, columns, found.schema, what)
+    columns = columns or found.columns
+    picked = [F.col(quote(c)) for c in columns]
     want = [r.asDict(recursive=True) for r in typed(spark, path, found.schema, what)
-            .select(*columns).collect()]
-    got = [r.asDict(recursive=True) for r in found.select(*columns).collect()]
+            .select(*picked).collect()]
+    got = [r.asDict(recursive=True) for r in found.select(*picked).collect()]
     return differences(want, got, columns, keys, prefix)
 
 

@@ -277,6 +277,10 @@ def test_a_case_that_cannot_run_as_given_is_one_line_and_exit_2(
         "expected.jsonl": [{"order_id": "o1"}]})
     assert bad().startswith(f"{folder}/input.jsonl: expected values of the types of "
                             "bronze.orders's columns, found a row Spark cannot read so: ")
+    folder = write_case(lakehouse, "silver.orders", "c", {
+        "input.jsonl": [order("o1", 1)], "expected.csv": "order_id,quantity\no1,many\n"})
+    assert bad() == (f"{folder}/expected.csv: expected a value of type int in column quantity, "
+                     "found 'many'")
 
 
 # ------------------------------------------------------------------------------ medallion new
