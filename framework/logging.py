@@ -58,32 +58,46 @@ def resolve_format(fmt: LogFormat | str, out: TextIO) -> LogFormat:
     return fmt
 
 
-# What to do about a warning a person may see in an ordinary run (the short line's end).
-ADVICE: dict[str, str] = {
-    "bronze.files.failed": "the files are set aside under the root's _quarantine/; fix or "
-                           "replace them and land them again",
-    "bronze.file.redelivered": "nothing to do: the copy is kept under its new name, its rows "
-                               "are not read twice",
-    "bronze.file.already_ingested": "nothing to do: its rows are not read twice",
-    "bronze.file.redelivery_quarantined": "compare it with the earlier copy; land it under a "
-                                          "new name if it holds new rows",
-    "bronze.schema.not_added": "add the columns to the table's schema, or rename them",
-    "stream.read.may_split_commits": "drop max_files_per_trigger / max_bytes_per_trigger "
-                                     "from the reading table's spec",
-    "gold.mart.dimension_too_big": "raise the dimension's size limit or filter it",
-    "lake.lease.waiting": "it starts when that command ends",
-    "lake.lease.taken_over": "nothing to do: the earlier command had stopped",
+# A warning a person may see in an ordinary run, said for a person: what happened (formatted
+# with the event's fields; without them, the event's reason) and what to do.
+HUMAN: dict[str, tuple[str | None, str]] = {
+    "bronze.files.failed": (
+        "{files_n} file(s) could not be read: {files}",
+        "they are set aside under the root's _quarantine/; fix or replace them and land them "
+        "again"),
+    "bronze.file.redelivered": (
+        "{path} was delivered again (batch {earlier_batch} read it)",
+        "nothing to do: the copy is kept as {renamed_to}, its rows are not read twice"),
+    "bronze.file.already_ingested": (
+        "{path} was ingested before", "nothing to do: its rows are not read twice"),
+    "bronze.file.redelivery_quarantined": (
+        None, "compare it with the earlier copy; land it under a new name if it holds new rows"),
+    "bronze.schema.not_added": (
+        None, "add the columns to the table's schema (medallion schema --add), or rename them"),
+    "silver.batch.wide_event_time": (
+        "one batch spans {span} of event time, more than the dedup delay ({delay}): "
+        "{rows_at_risk} row(s) that would have been late in a later batch were kept",
+        "expected for a backlog (a first run); otherwise run more often"),
+    "gold.batch.wide_event_time": (
+        "batch {batch_id} spans {span} of event time, more than the watermark ({watermark}): "
+        "its rows were all counted",
+        "expected for a backlog (a first run); otherwise run more often"),
+    "stream.read.may_split_commits": (
+        None, "drop max_files_per_trigger / max_bytes_per_trigger from the reading table's spec"),
+    "gold.mart.dimension_too_big": (None, "raise the dimension's size limit or filter it"),
+    "lake.lease.waiting": ("the lake is held by {holder}", "it starts when that command ends"),
+    "lake.lease.taken_over": (None, "nothing to do: the earlier command had stopped"),
 }
 # Bound context a short line leaves out (the table leads it; the rest is in the JSON logs).
 _CONTEXT = ("timestamp", "level", "event", "env", "layer", "table", "run_id", "logger",
-            "exception", "reason", "hint")
+            "exception", "reason", "hint", "error")
 
 
 class HumanRenderer:
     """Events for a person at a terminal: info and debug as structlog's console renders them;
-    a warning or an error as one short line, ``warning: <table>: <what>; <what to do>`` (the
-    event's ``hint``, or :data:`ADVICE`), its stack (there with ``--log-level debug`` only)
-    below."""
+    a warning or an error as one short line, ``warning: <table>: <what>; <what to do>`` (said
+    as :data:`HUMAN` says, else by the event's reason and fields, and its ``hint``), its stack
+    (there with ``--log-level debug`` only) below."""
 
     def __init__(self, colors: bool = False) -> None:
         self._console = structlog.dev.ConsoleRenderer(colors=colors)
@@ -94,22 +108,40 @@ class HumanRenderer:
             return str(self._console(logger, method, event_dict))
         event = str(event_dict.get("event", ""))
         subject = event_dict.get("table") or event_dict.get("source")
-        what = str(event_dict.get("reason") or event_dict.get("error") or event)
-        details = ", ".join(f"{k}={_short(v)}" for k, v in event_dict.items()
-                            if k not in _CONTEXT and k != "error")
-        if what == event:
-            said = f"{event} ({details})" if details else event
-        else:
-            said = f"{_short(what, 200)} ({event}: {details})" if details else \
-                f"{_short(what, 200)} ({event})"
+        what, advice = HUMAN.get(event, (None, None))
+        said = _said(what, event_dict) if what else None
+        if said is None:
+            reason = str(event_dict.get("reason") or event_dict.get("error") or "")
+            details = ", ".join(f"{k}={_short(v)}" for k, v in event_dict.items()
+                                if k not in _CONTEXT)
+            said = (f"{_short(reason, 200)} ({event}: {details})" if reason and details else
+                    f"{_short(reason, 200)} ({event})" if reason else
+                    f"{event} ({details})" if details else event)
+        advice = event_dict.get("hint") or (_said(advice, event_dict) if advice else None)
         line = f"{'warning' if level == 'warning' else 'error'}: " \
-            + (f"{subject}: " if subject else "") + said
-        advice = event_dict.get("hint") or ADVICE.get(event)
-        if advice:
-            line += f"; {advice}"
+            + (f"{subject}: " if subject else "") + said + (f"; {advice}" if advice else "")
         if event_dict.get("exception"):
             line += "\n" + str(event_dict["exception"])
         return line
+
+
+def _said(template: str, event_dict: MutableMapping[str, Any]) -> str | None:
+    """``template`` with the event's fields (a list's: its length as ``<name>_n``, its items
+    joined); None when it names a field the event lacks."""
+    fields: dict[str, Any] = {}
+    for key, value in event_dict.items():
+        if isinstance(value, list | tuple | set | frozenset):
+            fields[f"{key}_n"] = len(value)
+            items = sorted(str(v).rsplit("/", 1)[-1] for v in value)
+            value = ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3
+                                            else "")
+        elif isinstance(value, str) and "/" in value and key in ("path", "renamed_to"):
+            value = value.rsplit("/", 1)[-1]
+        fields[key] = value
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError):
+        return None
 
 
 def _short(value: Any, width: int = 80) -> str:
