@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TextIO
@@ -130,9 +130,12 @@ def _said(template: str, event_dict: MutableMapping[str, Any]) -> str | None:
     joined); None when it names a field the event lacks."""
     fields: dict[str, Any] = {}
     for key, value in event_dict.items():
+        if isinstance(value, Mapping):  # (files and their reasons: each file's first words)
+            value = [f"{str(k).rsplit('/', 1)[-1]} ({_short(v, 60)})" for k, v in value.items()]
         if isinstance(value, list | tuple | set | frozenset):
             fields[f"{key}_n"] = len(value)
-            items = sorted(str(v).rsplit("/", 1)[-1] for v in value)
+            items = sorted(str(v).rsplit("/", 1)[-1] if "(" not in str(v) else str(v)
+                           for v in value)
             value = ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3
                                             else "")
         elif isinstance(value, str) and "/" in value and key in ("path", "renamed_to"):

@@ -88,7 +88,9 @@ def test_every_setup_command_runs_as_a_step_and_make_echoes_none(tmp_path: Path)
     # the setup's recipes (up to the demo's target) are silent: the steps say their lines
     makefile = (REPO / "Makefile").read_text()
     setup = makefile[makefile.index("\nsetup:"):makefile.index("\ndemo:")]
-    recipes = [line for line in setup.splitlines() if line.startswith("\t")]
+    lines = setup.splitlines()
+    recipes = [line for i, line in enumerate(lines) if line.startswith("\t")
+               and not (i and lines[i - 1].endswith("\\"))]  # (not a continuation)
     assert recipes and [line for line in recipes if not line.startswith("\t@")] == []
 
 
@@ -98,12 +100,17 @@ def test_a_warning_at_a_terminal_is_one_line_with_the_table_and_what_to_do() -> 
     configure_logging(LogFormat.CONSOLE, stream=out)
     get_logger(env="local", layer="bronze", table="bronze.orders", run_id="r1").warning(
         "bronze.files.failed", files=["/lake/landing/orders/bad.json"])
+    get_logger(table="bronze.orders").warning("bronze.files.failed", batch_id=3, files={
+        "/lake/landing/orders/o-30.json.gz": "EOFException: Unexpected end of input stream"})
     get_logger(table="silver.orders").warning("silver.expectation.failed",
                                               reason="3 rows have no order_id", hint="fix them")
     lines = out.getvalue().splitlines()
     assert lines == [
         "warning: bronze.orders: 1 file(s) could not be read: bad.json; they are set aside "
         "under the root's _quarantine/; fix or replace them and land them again",
+        "warning: bronze.orders: 1 file(s) could not be read: o-30.json.gz (EOFException: "
+        "Unexpected end of input stream); they are set aside under the root's _quarantine/; "
+        "fix or replace them and land them again",
         "warning: silver.orders: 3 rows have no order_id (silver.expectation.failed); fix them"]
 
 
