@@ -49,7 +49,7 @@ from framework.errors import (
 )
 from framework.formats import FileFormat
 from framework.layers import plugins
-from framework.logging import LogFormat, configure_logging, get_logger
+from framework.logging import LOG_FORMAT_ENV, LogFormat, configure_logging, get_logger
 from framework.redaction import redacted_output
 
 if TYPE_CHECKING:
@@ -236,6 +236,18 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or getattr(args, "default_log_level", "info")
     fmt = configure_logging(args.log_format, level)
+    inherited = os.environ.get(LOG_FORMAT_ENV)
+    os.environ[LOG_FORMAT_ENV] = fmt.value  # the processes it starts render as it does
+    try:
+        return _handle(args, fmt, level)
+    finally:  # (a later command of the same process decides for itself)
+        if inherited is None:
+            os.environ.pop(LOG_FORMAT_ENV, None)
+        else:
+            os.environ[LOG_FORMAT_ENV] = inherited
+
+
+def _handle(args: argparse.Namespace, fmt: LogFormat, level: str) -> int:
     if level == "debug":  # Spark's log with its Java stacks (framework.session)
         os.environ["MEDALLION_JAVA_STACKS"] = "1"
     else:  # (an earlier command of the same process may have set it)

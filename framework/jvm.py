@@ -116,10 +116,25 @@ JVM_NOTICES = ("WARNING: Using incubator modules: ", "Setting default log level 
                "To adjust logging level use sc.setLogLevel(")
 
 
-def launch_driver(settings: Mapping[str, str], *, notices: bool = False) -> None:
+# Ivy's report as spark-submit resolves spark.jars.packages (a first session before the jars
+# are cached): the settings, the modules found and downloaded, the resolution and retrieval
+# tables. Not its failures ("::  UNRESOLVED DEPENDENCIES ::", ":: io.delta#...: not found",
+# and the launcher's exception), which say why the driver did not start.
+RESOLVER_REPORT = re.compile(
+    r":: (?:loading settings|resolving dependencies|resolution report|retrieving) ::"
+    r"|Ivy Default Cache set to|The jars for the packages stored in"
+    r"|\S+#\S+ added as a dependency|downloading https?://"
+    r"|\t(?:confs: |found |\[SUCCESSFUL \]|:: (?:modules in use|evicted modules):"
+    r"|\S+#\S+;\S+ (?:from|by) |-{20,}|\||\d+ artifacts copied)")
+
+
+def launch_driver(settings: Mapping[str, str], *, notices: bool = False,
+                  resolver: bool = False) -> None:
     """Start this process's classic driver JVM, as ``SparkSession.builder.getOrCreate`` would
     with ``settings`` (spark-submit's ``--conf``), its stderr passed on line by line but for
-    the JVM's own notices (:data:`JVM_NOTICES`; all of them with ``notices``). Nothing if the
+    the JVM's own notices (:data:`JVM_NOTICES`; all of them with ``notices``) and Ivy's report
+    of the packages it resolved (:data:`RESOLVER_REPORT`; with ``notices`` or ``resolver``
+    too). Nothing if the
     process has a driver JVM already (a session was made before, or spark-submit started it). A
     JVM that cannot start (no java, a bad option) says why on stderr, then :class:`SessionError`."""
     from pyspark import SparkConf, SparkContext
@@ -130,7 +145,8 @@ def launch_driver(settings: Mapping[str, str], *, notices: bool = False) -> None
         return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     read_end, write_end = os.pipe()
-    passing = threading.Thread(target=_pass_on, args=(os.fdopen(read_end, "rb"), notices),
+    passing = threading.Thread(target=_pass_on,
+                               args=(os.fdopen(read_end, "rb"), notices, notices or resolver),
                                name="driver-jvm-stderr", daemon=True)
     passing.start()
     try:
@@ -144,10 +160,12 @@ def launch_driver(settings: Mapping[str, str], *, notices: bool = False) -> None
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def _pass_on(stream: IO[bytes], notices: bool) -> None:
+def _pass_on(stream: IO[bytes], notices: bool, resolver: bool) -> None:
     with stream:
         for line in stream:
-            if notices or not line.decode(errors="replace").startswith(JVM_NOTICES):
+            text = line.decode(errors="replace")
+            if (notices or not text.startswith(JVM_NOTICES)) \
+                    and (resolver or not RESOLVER_REPORT.match(text)):
                 _write_stderr(line)
 
 

@@ -266,7 +266,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         settings["spark.jars.packages"] = ",".join(spark_packages())
     settings = {"spark.master": env.master, "spark.app.name": app_name, **settings}
     debug = os.environ.get(JAVA_STACKS) == "1"
-    launch_driver(settings, notices=debug)
+    launch_driver(settings, notices=debug, resolver=_Resolver.report)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -276,6 +276,13 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     if not jars:
         _remember_jars(spark)
     return spark
+
+
+class _Resolver:
+    """Whether a driver started here passes Ivy's report on (:func:`main`'s, the setup step's:
+    it goes to the setup's log); a command's output leaves it out."""
+
+    report = False
 
 
 JAVA_STACKS = "MEDALLION_JAVA_STACKS"  # "1": Spark's log with its Java stacks (--log-level debug)
@@ -557,6 +564,7 @@ def main() -> None:
 
     from framework.config.model import Environment
 
+    _Resolver.report = True
     with tempfile.TemporaryDirectory() as root:
         env = Environment(name="warmup", runtime=Runtime.LOCAL, root=root, master="local[1]")
         spark = get_spark(env, "medallion-warmup", {"spark.ui.enabled": "false"})
