@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ from framework.formats import FileFormat
 from framework.layers import plugins
 from framework.logging import LOG_FORMAT_ENV, LogFormat, configure_logging, get_logger
 from framework.redaction import redacted_output
+from framework.scaffold import Period
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,17 +95,20 @@ def _add_new(commands: Commands) -> None:
                      "path, format, schema) and conf/tables/silver/<table>.yaml (typed columns, "
                      "the key and event time found in the samples, a not-null rule on the key, "
                      "dedup with a watermark); with --gold, conf/tables/gold/<table>_daily.yaml "
-                     "(a daily aggregate). Never replaces a spec. Then checks the whole "
-                     "configuration as 'validate' does and prints the commands that land the "
-                     "samples, run the flow and query it.")
+                     "(an aggregate per calendar day; --gold month: <table>_monthly.yaml, per "
+                     "month), and a test case of the silver table (conf/tests/silver.<table>/"
+                     "sample/). Never replaces a spec. Creates the feed's landing folder, "
+                     "checks the whole configuration as 'validate' does and prints the commands "
+                     "that land the samples, run the flow and query it.")
     p.add_argument("table", help="the feed's table name (letters, digits and _)")
     p.add_argument("--from", dest="samples", required=True, metavar="PATH",
                    help="a sample file, or a folder of them")
     p.add_argument("--format", choices=[f.value for f in FileFormat],
                    help="the samples' format (default: from their extension: .json, .jsonl, "
                    ".ndjson, .csv, .parquet)")
-    p.add_argument("--gold", action="store_true",
-                   help="also write a daily aggregate of the silver table")
+    p.add_argument("--gold", nargs="?", const=Period.DAY.value, choices=[p.value for p in Period],
+                   metavar="UNIT", help="also write an aggregate of the silver table per "
+                   "calendar UNIT: day (the default), week, month, quarter or year")
 
 
 def _add_test(commands: Commands) -> None:
@@ -358,30 +362,53 @@ def cmd_new(args: argparse.Namespace) -> int:
     )
     from framework.sqlcheck import parser_session
 
-    check_table_name(args.table, args.gold)
+    period = Period(args.gold) if args.gold else None
+    check_table_name(args.table, period)
     samples = find_samples(args.samples, FileFormat(args.format) if args.format else None)
     project, problems = load_checked(args.conf, args.env)
     if project is None:  # no valid environment: nowhere to write, no table names
         raise ConfigValidationError(problems)
-    files = targets(project.conf_dir, args.table, args.gold)
+    files = targets(project.conf_dir, args.table, period)
     spark = _lake_session(project) or parser_session(project.env)
     options = options_of(args.conf, args.env)
     origin = shlex.join(["medallion", "new", args.table, "--from", args.samples,
                          *(["--format", args.format] if args.format else []),
-                         *(["--gold"] if args.gold else [])])
+                         *(["--gold", *([period.value] if period is not Period.DAY else [])]
+                           if period else [])])
     sample = read_sample(spark, samples)
-    texts = Scaffold(args.table, sample, origin).specs(args.gold)
+    texts = Scaffold(args.table, sample, origin).specs(period)
     written = write_specs(files, texts)
     written += write_example_case(project.conf_dir, args.table, example_case(spark, sample))
     for file in written:
         print(f"written: {file}")
+    for folder in _new_folders(args, files.values()):
+        print(f"ready: {folder}")
     cmd_validate(argparse.Namespace(**{**vars(args), "no_spark": False}))
-    last = Layer.GOLD if args.gold else Layer.SILVER
+    last = Layer.GOLD if period else Layer.SILVER
     shown = project.env.table_name(last, files[last].stem)
     print("next:")
     for command in next_commands(args.table, samples, shown, options):
         print(f"  {shlex.join(['medallion', *command])}")
     return EXIT_OK
+
+
+def _new_folders(args: argparse.Namespace, specs: Iterable[Path]) -> list[str]:
+    """The folders the new specs' tables use (a feed's landing folder, as ``init`` makes them)
+    that are local and did not exist, created: the first ``validate`` then finds them, and
+    ``land`` has somewhere to copy to. A spec that does not load is left to ``validate``."""
+    from framework.config.loader import load_checked
+
+    project, _ = load_checked(args.conf, args.env)
+    written = {spec.resolve() for spec in specs}
+    created = []
+    for table in project.tables if project is not None else []:
+        if Path(table.source_file).resolve() not in written:
+            continue
+        for folder in table.spec.folders(table):
+            if "://" not in folder and not os.path.isdir(folder):  # remote: made by 'init'
+                os.makedirs(folder)
+                created.append(folder)
+    return created
 
 
 def _unchecked(conf: str | None, project: ProjectConfig | None) -> list[str]:

@@ -5,9 +5,11 @@ samples are read by Spark with the options bronze reads a feed with (:mod:`frame
 so the schema written into the bronze spec is the one bronze will read: JSON timestamps as
 Spark infers them (``inferTimestamp``), CSV fields typed by ``inferSchema``, Parquet's own
 types. From the sample's rows it proposes what a person would otherwise look for: a key (a
-column unique and non-null in the sample, a name like ``id`` first), the event time (a
-``TIMESTAMP`` column, a name like ``event_time`` or ``*_at`` first), and for a daily aggregate
-a measure (a number) and a group (a text column of few values).
+column unique and non-null in the sample, a name like ``id`` first; or, for a series of
+readings without one, what each series is told by and the event time, unique together), the
+event time (a ``TIMESTAMP`` column, a name like ``event_time`` or ``*_at`` first), and for a
+calendar aggregate (a day by default, or a week, month, quarter or year) a measure (a number)
+and a group (a text column of few values).
 
 The specs are YAML text from templates, commented for the person who edits them; they are
 checked by the loader afterwards (``medallion validate``), as any spec is. An existing spec is
@@ -22,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,7 +54,6 @@ EXPECTED = {FileFormat.JSON: "JSON Lines (one JSON object per line)",
             FileFormat.PARQUET: "Parquet files"}
 DEDUP_DELAY = "1 day"
 MAX_GROUPS = 50  # distinct values of a column grouped by, at most
-GOLD_SUFFIX = "_daily"
 KEY_NAMES = re.compile(r"^(id|key|uuid|guid)$", re.IGNORECASE)
 KEYISH_NAMES = re.compile(r"(?i:(^|_)(id|key|uuid|guid|code|number|no)$)|[a-z0-9](Id|Key)$")
 TIME_NAMES = re.compile(r"^(event_?time|event_?ts|ts|timestamp|time|datetime)$", re.IGNORECASE)
@@ -68,6 +69,31 @@ SQL_WORDS = frozenset({"all", "and", "any", "as", "asc", "between", "by", "case"
 
 class SampleError(UsageError):
     """Raised when a feed's sample files cannot be found, their format told, or read."""
+
+
+class Period(StrEnum):
+    """The calendar period of the aggregate ``new --gold`` writes: a unit of gold's calendar
+    window (the spec written is checked by the loader, as any), which names the table
+    (``<table>_daily``, ``<table>_monthly``...)."""
+
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    QUARTER = "quarter"
+    YEAR = "year"
+
+    @property
+    def suffix(self) -> str:
+        return "_" + {"day": "daily"}.get(self.value, f"{self.value}ly")
+
+    @property
+    def described(self) -> str:
+        return "week (from Monday)" if self is Period.WEEK else self.value
+
+
+def gold_name(table: str, period: Period) -> str:
+    """The name of the aggregate ``new --gold`` writes."""
+    return table + period.suffix
 
 
 @dataclass(frozen=True)
@@ -127,6 +153,7 @@ class Sample:
     samples: Samples
     columns: tuple[SampleColumn, ...]
     rows: int
+    series_unique: bool = False  # the pair of series() is unique and non-null in the sample
 
     @property
     def ddl(self) -> str:
@@ -134,20 +161,42 @@ class Sample:
         return ", ".join(f"{_ddl_name(c.name)} {c.ddl}" for c in self.columns)
 
     def unique(self) -> list[SampleColumn]:
-        """The columns unique and non-null in the sample that could be keys (text, whole
-        numbers) and are not named like a time, best first: named like ``id``, then like
-        ``*_id``, then in the files' order."""
+        """The columns unique and non-null in the sample that could be keys and are not named
+        like a time, best first: named like ``id``, then like ``*_id``, then in the files'
+        order. Text, or a whole number named like a key: a count (``qty``, ``volume``) is
+        often unique in a few rows, and no key."""
         found = [c for c in self.columns
                  if self.rows and c.keyable
                  and c.non_null == self.rows and c.distinct == self.rows
                  and (_rank(c.name, KEY_NAMES, KEYISH_NAMES) < 2
-                      or _rank(c.name, TIME_NAMES, TIMEISH_NAMES) == 2)]
+                      or (c.kind is Kind.TEXT and _rank(c.name, TIME_NAMES, TIMEISH_NAMES) == 2))]
         return sorted(found, key=lambda c: _rank(c.name, KEY_NAMES, KEYISH_NAMES))
 
     @property
     def key(self) -> SampleColumn | None:
         unique = self.unique()
         return unique[0] if unique else None
+
+    def series(self) -> tuple[SampleColumn, SampleColumn] | None:
+        """Without a key column, the pair a series of readings would be unique by: the first
+        text column repeated in the sample and not named like a time (a name like ``*_id``
+        first: ``meter_id``, ``symbol``), and the event time. Whether they are unique together
+        is counted by :func:`read_sample` (:attr:`series_unique`)."""
+        time = self.event_time
+        found = sorted((c for c in self.columns if c.kind is Kind.TEXT
+                        and c.non_null == self.rows and c.distinct is not None
+                        and 0 < c.distinct < self.rows
+                        and _rank(c.name, TIME_NAMES, TIMEISH_NAMES) == 2),
+                       key=lambda c: _rank(c.name, KEY_NAMES, KEYISH_NAMES))
+        return (found[0], time) if found and time is not None and self.key is None else None
+
+    @property
+    def keys(self) -> tuple[SampleColumn, ...]:
+        """The key: a column, or a series and its event time unique together; or none."""
+        key, series = self.key, self.series()
+        if key is not None:
+            return (key,)
+        return series if series is not None and self.series_unique else ()
 
     @property
     def event_time(self) -> SampleColumn | None:
@@ -166,7 +215,7 @@ class Sample:
 
     @property
     def measure(self) -> SampleColumn | None:
-        """The first number that is no key (summed by the daily aggregate)."""
+        """The first number that is no key (summed by the calendar aggregate)."""
         keyish = {c.name for c in self.unique()}
         return next((c for c in self.columns if c.kind in (Kind.WHOLE, Kind.NUMBER)
                      and c.name not in keyish
@@ -175,7 +224,7 @@ class Sample:
     @property
     def group(self) -> SampleColumn | None:
         """The first text column of few values (at most half the rows, and
-        :data:`MAX_GROUPS`), none a key or a time: what a daily aggregate groups by."""
+        :data:`MAX_GROUPS`), none a key or a time: what a calendar aggregate groups by."""
         most = min(MAX_GROUPS, self.rows // 2)
         return next((c for c in self.columns if c.kind is Kind.TEXT and c.distinct is not None
                      and 0 < c.distinct <= most
@@ -188,11 +237,11 @@ def _rank(name: str, best: re.Pattern[str], good: re.Pattern[str]) -> int:
 
 
 # --------------------------------------------------------------------------- the command's input
-def check_table_name(table: str, gold: bool) -> None:
-    """``table`` is a plain identifier (and so is its daily aggregate's name, with ``gold``)."""
-    if not IDENTIFIER.match(table) or (gold and not IDENTIFIER.match(table + GOLD_SUFFIX)):
+def check_table_name(table: str, gold: Period | None) -> None:
+    """``table`` is a plain identifier (and so is its aggregate's name, with ``gold``)."""
+    if not IDENTIFIER.match(table) or (gold and not IDENTIFIER.match(gold_name(table, gold))):
         raise UsageError(f"expected a table name of letters, digits and '_' not starting with a "
-                         f"digit (at most {128 - (len(GOLD_SUFFIX) if gold else 0)} characters), "
+                         f"digit (at most {128 - (len(gold.suffix) if gold else 0)} characters), "
                          f"found {table!r}")
 
 
@@ -226,14 +275,14 @@ def find_samples(path: str, fmt: FileFormat | None) -> Samples:
     return Samples(FileFormat(formats[0]), tuple(files))
 
 
-def targets(conf_dir: str | Path, table: str, gold: bool) -> dict[Layer, Path]:
+def targets(conf_dir: str | Path, table: str, gold: Period | None) -> dict[Layer, Path]:
     """The spec files ``new`` writes; a :class:`UsageError` naming the first that exists (as
     ``.yaml`` or ``.yml``): a spec is never replaced."""
     tables = Path(conf_dir) / "tables"
     files = {Layer.BRONZE: tables / "bronze" / f"{table}.yaml",
              Layer.SILVER: tables / "silver" / f"{table}.yaml"}
     if gold:
-        files[Layer.GOLD] = tables / "gold" / f"{table}{GOLD_SUFFIX}.yaml"
+        files[Layer.GOLD] = tables / "gold" / f"{gold_name(table, gold)}.yaml"
     for file in files.values():
         for existing in (file, file.with_suffix(".yml")):
             if existing.exists():
@@ -275,7 +324,15 @@ def read_sample(spark: SparkSession, samples: Samples) -> Sample:
     stats = {i: (values[1 + 2 * n], values[2 + 2 * n]) for n, i in enumerate(atomic)}
     columns = tuple(_column(f.name, f.dataType, *stats.get(i, (None, None)))
                     for i, f in enumerate(fields))
-    return Sample(samples, columns, values[0])
+    sample = Sample(samples, columns, values[0])
+    series = sample.series()
+    if series is None:
+        return sample
+    try:  # rows where either is null are not counted: unique and non-null when all are
+        pairs = df.agg(F.count_distinct(*(F.col(quote(c.name)) for c in series))).first()
+    except Exception as exc:
+        raise failed(exc) from exc
+    return replace(sample, series_unique=pairs is not None and pairs[0] == sample.rows)
 
 
 def _in_file_order(spark: SparkSession, samples: Samples, schema: StructType
@@ -375,12 +432,12 @@ class Scaffold:
     sample: Sample
     origin: str  # the command that wrote them, for the files' first line
 
-    def specs(self, gold: bool) -> dict[Layer, str]:
-        """The text of each spec, by layer; with ``gold``, a daily aggregate too (which needs an
-        event time: a :class:`SampleError` without one)."""
+    def specs(self, gold: Period | None) -> dict[Layer, str]:
+        """The text of each spec, by layer; with ``gold``, an aggregate per calendar period
+        too (which needs an event time: a :class:`SampleError` without one)."""
         texts = {Layer.BRONZE: self.bronze(), Layer.SILVER: self.silver()}
         if gold:
-            texts[Layer.GOLD] = self.gold()
+            texts[Layer.GOLD] = self.gold(gold)
         return texts
 
     def _header(self) -> str:
@@ -417,29 +474,33 @@ class Scaffold:
             if c.kind is not Kind.NESTED:
                 parts.append(f"type: {_scalar(c.ddl.lower())}")
             lines.append(f"  - {{{', '.join(parts)}}}")
-        key, time = s.key, s.event_time
+        keys, time = s.keys, s.event_time
         if time is not None:
             lines += [f"event_time: {_scalar(time.silver_name)}   # the TIMESTAMP column the "
                       "watermark follows"]
         else:
             lines += _no_event_time(s)
-        if key is not None:
+        if keys:
+            names = [c.silver_name for c in keys]
             others = [c.silver_name for c in s.unique()[1:]]
-            lines += [f"# {key.silver_name}: unique and non-null in the samples, taken for the key"
+            lines += [f"# {', '.join(names)}: unique and non-null "
+                      + ("together " if len(keys) > 1 else "")
+                      + "in the samples, taken for the key"
                       + (f" (so were: {', '.join(others)})" if others else ""),
                       "expectations:   # action: warn | drop | quarantine | fail",
-                      f"  - {{name: {_scalar('has_' + key.silver_name)}, rule: "
-                      f"{json.dumps(_sql(key.silver_name) + ' IS NOT NULL')}, action: quarantine}}"]
+                      f"  - {{name: {_scalar('has_' + '_and_'.join(names))}, rule: "
+                      f"{json.dumps(' AND '.join(f'{_sql(n)} IS NOT NULL' for n in names))}, "
+                      "action: quarantine}"]
             if time is not None:
                 lines += ["# A row whose key was seen within the delay before it (in event time) "
                           "is a duplicate,",
                           "# dropped; the watermark (the newest event time less the delay) drops "
                           "rows later",
                           "# than that, and counts them.",
-                          f"dedup: {{keys: [{_scalar(key.silver_name)}], delay: "
+                          f"dedup: {{keys: [{', '.join(_scalar(n) for n in names)}], delay: "
                           f"{json.dumps(DEDUP_DELAY)}}}"]
             else:
-                lines += [f"# dedup: {{keys: [{key.silver_name}], delay: \"{DEDUP_DELAY}\"}}   "
+                lines += [f"# dedup: {{keys: [{', '.join(names)}], delay: \"{DEDUP_DELAY}\"}}   "
                           "# once event_time is set (the watermark needs it)"]
         else:
             lines += ["# No column is unique and non-null in the samples: no key was found, so",
@@ -451,29 +512,32 @@ class Scaffold:
                       "   # with event_time set"]
         return "\n".join(lines) + "\n"
 
-    def gold(self) -> str:
+    def gold(self, period: Period = Period.DAY) -> str:
         s = self.sample
         time = s.event_time
         if time is None:
-            raise SampleError(f"expected a TIMESTAMP column for the daily aggregate (--gold), "
+            raise SampleError(f"expected a TIMESTAMP column for the calendar aggregate (--gold), "
                               f"found none in {_where(s.samples)} (columns: "
                               f"{', '.join(f'{c.name} {c.ddl}' for c in s.columns)}); run "
                               "without --gold and set silver's event_time first")
         measure, group = s.measure, s.group
+        others = ", ".join(p.value for p in Period if p is not period)
         lines = [self._header().rstrip("\n"),
-                 f"description: {_scalar(f'{_title(self.table)} per day.', False)}",
+                 f"description: {_scalar(f'{_title(self.table)} per {period.value}.', False)}",
                  f"source: {self.table}   # silver.{self.table}",
                  f"event_time: {_scalar(time.silver_name)}",
-                 "# A calendar day in the lake's time zone; no watermark: a row is never late, it",
-                 "# counts into its day whenever it arrives. Or: week, month, quarter, year.",
-                 "window: {type: calendar, unit: day}"]
+                 f"# A calendar {period.described} in the lake's time zone; no watermark: a row "
+                 "is never late,",
+                 f"# it counts into its {period.value} whenever it arrives. Or: {others}.",
+                 f"window: {{type: calendar, unit: {period.value}}}"]
         if group is not None:
             lines.append(f"group_by: [{_scalar(group.silver_name)}]   # {group.distinct} values "
                          "in the samples")
         else:
             lines.append("# group_by: [<column>]   # no text column of few values in the samples")
         lines += ["aggregates:",
-                  "  - {name: row_count, expr: \"count(*)\", comment: Rows of the day}"]
+                  "  - {name: row_count, expr: \"count(*)\", comment: Rows of the "
+                  f"{period.value}}}"]
         if measure is not None:
             name = measure.silver_name
             lines.append(f"  - {{name: {_scalar('total_' + name)}, expr: "

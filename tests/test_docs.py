@@ -222,40 +222,73 @@ def test_every_script_the_docs_run_exists() -> None:
     assert missing == []
 
 
-@pytest.mark.slow
-def test_the_readmes_first_feed_runs_as_written(tmp_path: Path) -> None:
-    """The README's first feed on a fresh folder: its three specs (and the shipped
-    environments) as conf/, the last step's block run by bash as it is written, and what the
-    README says of the results found in the output."""
-    readme = REPO / "README.md"
-    section = [b for b in [*blocks("yaml"), *blocks("bash")] if b.page == readme
-               and b.line > _line_of(readme, "## Your first feed")
-               and b.line < _line_of(readme, "## Where it runs")]
-    specs = [b for b in section if b.lang == "yaml"]
-    assert [b.marker for b in specs] == ["conf: tables/bronze/readings.yaml",
-                                         "conf: tables/silver/readings.yaml",
-                                         "conf: tables/gold/daily_usage.yaml"]
+FIRST_FEEDS = {  # a page, and where its first feed starts and ends (a heading, or the page's ends)
+    "README.md": ("## Your first feed", "## Where it runs"),
+    "docs/first-feed-by-hand.md": (None, None),
+}
+
+
+def _run_as_written(tmp_path: Path, section: list[Block]) -> str:
+    """A first feed on a fresh folder holding the shipped environments: in the page's order,
+    each spec a conf block shows written to its file (a spec written by hand, or one a command
+    wrote, as edited), each bash block run by bash as it is written; their output."""
     shutil.copytree(REPO / "conf" / "environments", tmp_path / "conf" / "environments")
-    for block in specs:
-        file = tmp_path / "conf" / (block.marker or "").removeprefix("conf: ")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(block.text, encoding="utf-8")
     (tmp_path / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists()
                                     else Path(sys.executable).parents[1])
-    steps = [b for b in section if b.lang == "bash"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
     out = ""
-    for block in steps:  # validate, then land, run and query
+    for block in sorted(section, key=lambda b: b.line):
+        if block.lang == "yaml":
+            file = tmp_path / "conf" / (block.marker or "").removeprefix("conf: ") \
+                .partition(" needs: ")[0]
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(block.text, encoding="utf-8")
+            continue
         done = subprocess.run(["bash", "-e", "-c", block.text], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{block}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
         out += done.stdout
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FIRST_FEEDS))
+def test_a_first_feed_runs_as_written(tmp_path: Path, name: str) -> None:
+    """The README's first feed (specs from sample files with new, one edited, then test,
+    land, run and query) and the one written by hand in the docs, each on a fresh folder, and
+    what the page says of the results found in the output."""
+    page = REPO / name
+    first, last = FIRST_FEEDS[name]
+    section = [b for b in [*blocks("yaml"), *blocks("bash"), *blocks("text")]
+               if b.page == page and (first is None or b.line > _line_of(page, first))
+               and (last is None or b.line < _line_of(page, last))]
+    specs = [b.marker for b in section if b.lang == "yaml"]
+    shown = [b.text for b in section if b.lang == "text"]
+    out = _run_as_written(tmp_path, [b for b in section if b.lang != "text"])
+    lake = tmp_path / "lakehouse" / "tables"
+    if name == "README.md":
+        # new wrote the specs and the case; the gold spec is the one edited, per month
+        assert specs == ["conf: tables/gold/prices_monthly.yaml needs: silver.prices"]
+        for spec in ("bronze/prices.yaml", "silver/prices.yaml", "gold/prices_monthly.yaml"):
+            assert (tmp_path / "conf" / "tables" / spec).is_file()
+        assert "warning:" not in out, out[-3000:]  # new made the landing folder
+        assert "PASS silver.prices/sample (3 rows)\n1 passed, 0 failed\n" in out
+        # each symbol's trading days and mean close per month, as the page shows them
+        months = re.findall(r"^(2026-\d\d-01)\s*\|\s*(\w+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)$",
+                            out, re.MULTILINE)
+        assert months == [("2026-01-01", "ACME", "2", "11.0"), ("2026-01-01", "BOLT", "2", "20.0"),
+                          ("2026-02-01", "ACME", "3", "12.5"), ("2026-02-01", "BOLT", "2", "22.5")]
+        assert len(shown) == 1 and shown[0] in out, out[-3000:]
+        assert (lake / "gold" / "prices_monthly").is_dir()
+        return
+    assert specs == ["conf: tables/bronze/readings.yaml", "conf: tables/silver/readings.yaml",
+                     "conf: tables/gold/daily_usage.yaml"]
     # m1 used 3.5 kWh that day (its repeated reading counted once); m2's negative reading is
     # in silver's quarantine, the cut line in bronze's
     assert re.search(r"2026-11-01\s*\|\s*m1\s*\|\s*3\.5\b", out), out[-3000:]
     assert "kwh >= 0" in out or "non_negative" in out
     assert '"kwh": 0.7' in out
-    assert (tmp_path / "lakehouse" / "tables" / "gold" / "daily_usage").is_dir()
+    assert (lake / "gold" / "daily_usage").is_dir()
 
 
 def _line_of(page: Path, heading: str) -> int:

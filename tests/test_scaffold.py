@@ -91,8 +91,12 @@ def test_new_writes_specs_from_json_lines_that_load_and_commands_that_parse(
     assert silver["expectations"] == [
         {"name": "has_id", "rule": "id IS NOT NULL", "action": "quarantine"}]
     assert not (lakehouse.conf / "tables" / "gold").exists()
-    # validated as `validate` does, then the next three commands, each one the parser takes
+    # the landing folder made, so that validate (as `validate` does) warns of nothing; then the
+    # next three commands, each one the parser takes
+    landing = lakehouse.path("landing", "sales")
+    assert landing.is_dir() and f"ready: {landing}" in out.splitlines()
     assert "configuration valid" in out
+    assert "warning:" not in out, out
     commands = _next_commands(out)
     silver_name = project.table("sales", Layer.SILVER).full_name
     assert [c[:2] for c in commands] == [["land", "sales"], ["run", "all"],
@@ -189,7 +193,7 @@ def test_new_with_gold_writes_a_daily_calendar_aggregate(
     ("malformed", "error: expected JSON Lines (one JSON object per line) in {path}, found "
                   "what Spark cannot read: "),
     ("not parquet", "error: expected Parquet files in {path}, found what Spark cannot read: "),
-    ("gold without time", "error: expected a TIMESTAMP column for the daily aggregate (--gold), "
+    ("gold without time", "error: expected a TIMESTAMP column for the calendar aggregate (--gold), "
                           "found none in {path} (columns: id BIGINT, amount DOUBLE)"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -241,3 +245,47 @@ def test_new_then_land_then_run_gives_the_samples_rows_in_silver(
                                      ("2026-11-02", "books", 1, 1.5),
                                      ("2026-11-02", "games", 1, 20.0),
                                      ("2026-11-03", "books", 1, 9.75)]
+
+
+SERIES = {  # readings of two meters: no column unique, the meter and the time together are
+    "readings-1.csv": "meter_id,read_at,kwh,pulses\n"
+                      "m1,2026-01-30 08:00:00,1.5,15\nm2,2026-01-30 08:00:00,0.5,5\n"
+                      "m1,2026-01-31 08:00:00,2.0,20\n",
+    "readings-2.csv": "meter_id,read_at,kwh,pulses\n"
+                      "m2,2026-01-31 08:00:00,1.0,10\nm1,2026-02-01 08:00:00,3.0,30\n"
+                      "m2,2026-02-01 08:00:00,4.0,40\n",
+}
+
+
+def test_a_series_is_keyed_by_what_tells_it_and_its_time_and_gold_takes_a_unit(
+    spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "readings"
+    folder.mkdir()
+    for name, text in SERIES.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    assert _new(lakehouse, "readings", "--from", str(folder), "--gold", "month") == 0
+    project = _loads(lakehouse)
+    # pulses is unique in the samples, but a count, not a key
+    silver = _spec(lakehouse, "silver", "readings")
+    assert silver["dedup"] == {"keys": ["meter_id", "read_at"], "delay": "1 day"}
+    assert silver["expectations"] == [
+        {"name": "has_meter_id_and_read_at", "rule": "meter_id IS NOT NULL AND read_at IS NOT "
+         "NULL", "action": "quarantine"}]
+    gold = _spec(lakehouse, "gold", "readings_monthly")
+    assert gold["window"] == {"type": "calendar", "unit": "month"}
+    assert gold["description"] == "Readings per month."
+    assert gold["aggregates"][0] == {"name": "row_count", "expr": "count(*)",
+                                     "comment": "Rows of the month"}
+    assert gold["aggregates"][1]["expr"] == "sum(kwh)"
+    table = project.table("readings_monthly", Layer.GOLD)
+    out = capsys.readouterr().out
+    assert f"SELECT * FROM {table.full_name} LIMIT 10" in out
+    assert f"# Written by medallion new readings --from {folder} --gold month\n" in (
+        lakehouse.conf / "tables" / "gold" / "readings_monthly.yaml").read_text(encoding="utf-8")
+    # one reading sent twice: no longer unique together, so no key is proposed
+    (folder / "readings-3.csv").write_text("meter_id,read_at,kwh,pulses\n"
+                                           "m2,2026-02-01 08:00:00,4.0,41\n", encoding="utf-8")
+    assert _new(lakehouse, "again", "--from", str(folder)) == 0
+    again = _spec(lakehouse, "silver", "again")
+    assert "dedup" not in again and "expectations" not in again
