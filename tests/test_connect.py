@@ -308,7 +308,7 @@ def test_medallion_test_over_connect_passes_and_fails_as_it_does_classically(
     on_connect(lakehouse, server)
     base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
 
-    done = cli(lakehouse, "test", *base)
+    done = cli(lakehouse, "test", *base, timeout=900)  # (6 job runs: minutes on a busy machine)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "PASS bronze.orders/rescue_and_quarantine (2 rows, 1 quarantined)",
@@ -325,7 +325,7 @@ def test_medallion_test_over_connect_passes_and_fails_as_it_does_classically(
         "  window_start=2026-11-01 08:00:00, window_end=2026-11-01 08:10:00, store_id=s1: "
         "revenue expected 30, found 31",
         "0 passed, 1 failed"]
-    done = cli(lakehouse, "test", "gold.store_sales", *base)
+    done = cli(lakehouse, "test", "gold.store_sales", *base, timeout=900)
     assert (done.returncode, done.stdout.splitlines()) == (1, failed), done.stderr[-3000:]
     lakehouse.write_env()  # the same case in a classic session, in this process
     capsys.readouterr()
