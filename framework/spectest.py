@@ -21,7 +21,9 @@ Each case runs the table's own job (:func:`framework.layers.job_class`), the cod
 real run, once per input batch, on a scratch lake: a temporary root with the environment's
 catalog schemas renamed for the case (dropped afterwards), so nothing reaches the user's lake
 or catalog. The inputs are typed by the source's planned schema, as ``medallion validate``
-derives it (:func:`framework.layers.planner`).
+derives it (:func:`framework.layers.planner`). Over Spark Connect the client reads the case's
+files and sends their rows; the jobs run on the server as ``medallion run``'s do, so the server
+must see the scratch lake: one on this machine, with a local root (:func:`scratch_refusal`).
 """
 
 from __future__ import annotations
@@ -347,18 +349,27 @@ def differences(expected: Sequence[Mapping[str, Any]], found: Sequence[Mapping[s
 def scratch_refusal(env: Environment) -> str | None:
     """Why ``env``'s session cannot run cases on a scratch lake in a local temporary folder
     (None: it can): a local session can, and so can a Spark Connect server of this machine
-    (an environment whose root is a local folder); a cluster's cannot see this machine's disk."""
+    (an environment whose root is a local folder and whose server is on a loopback address or
+    this host's name); a cluster's, or a server elsewhere, cannot see this machine's disk."""
+    import socket
+    from urllib.parse import urlparse
+
+    from framework.serve import is_loopback
     from framework.session import resolved_runtime
     from framework.storage.base import scheme_of
 
     runtime = resolved_runtime(env)
-    local_root = scheme_of(env.root) in ("", "file")
-    if runtime is Runtime.LOCAL or (runtime is Runtime.CONNECT and local_root):
+    if runtime is Runtime.LOCAL:
         return None
+    found = f"environment {env.name!r} of runtime {runtime.value} with root {env.root!r}"
+    if runtime is Runtime.CONNECT and scheme_of(env.root) in ("", "file"):
+        host = urlparse(env.remote_url().split(";", 1)[0]).hostname or ""
+        if is_loopback(host) or host == socket.gethostname():
+            return None
+        found += f" and server {host!r}, another machine"
     return (f"expected a local session, or a Spark Connect server on this machine (runtime "
             f"connect with a local root), to run test cases on a scratch lake in a temporary "
-            f"folder; found environment {env.name!r} of runtime {runtime.value} with root "
-            f"{env.root!r}: run `medallion test` with a local environment (--env local)")
+            f"folder; found {found}: run `medallion test` with a local environment (--env local)")
 
 
 @contextlib.contextmanager

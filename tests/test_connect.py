@@ -112,6 +112,35 @@ def test_serve_is_refused_on_connect_before_anything_starts(
     assert not lakehouse.path("_lease").exists()  # refused before the lake was taken
 
 
+def test_medallion_test_is_refused_where_the_server_cannot_see_the_scratch_lake(
+    lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cases run on a scratch lake in a temporary folder of this machine: a Connect
+    server elsewhere, or a root the server reaches only remotely, is refused before a session
+    starts."""
+    from tests.test_spectest import drops_zero_quantity, with_orders
+
+    with_orders(lakehouse)
+    drops_zero_quantity(lakehouse)
+    expected = ("expected a local session, or a Spark Connect server on this machine (runtime "
+                "connect with a local root), to run test cases on a scratch lake in a temporary "
+                f"folder; found environment {lakehouse.env_name!r} of runtime connect with root ")
+    refused = {
+        ("sc://db.example.com:15002/;token=not-shown", str(lakehouse.root)):
+            f"{str(lakehouse.root)!r} and server 'db.example.com', another machine",
+        ("sc://localhost:1", "abfss://lake@account.dfs.core.windows.net/lake"):
+            "'abfss://lake@account.dfs.core.windows.net/lake'"}
+    for (remote, root), found in refused.items():
+        lakehouse.write_env(runtime="connect", remote=remote, root=root)
+        capsys.readouterr()
+        assert medallion(["test", "--conf", str(lakehouse.conf), "--env",
+                          lakehouse.env_name]) == 2
+        err = capsys.readouterr().err
+        assert f"{expected}{found}: run `medallion test` with a local environment " \
+               "(--env local)" in err, err
+        assert "not-shown" not in err
+
+
 def test_what_travels_to_the_server_is_each_layers_small_description_of_its_batches(
     spark: SparkSession, lakehouse: Lakehouse
 ) -> None:
@@ -248,6 +277,60 @@ def test_validate_finds_sql_problems_on_the_server(server: ConnectServer,
                lakehouse.env_name)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "quantity * * 2" in done.stderr
+
+
+def test_medallion_test_over_connect_passes_and_fails_as_it_does_classically(
+    server: ConnectServer, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cases of tests/test_spectest.py, each table's job run on the server: a bronze file
+    rescued and quarantined, a silver rule quarantining a row, a duplicate in a later batch
+    dropped, a gold window; then an expected row changed fails with the classic run's lines."""
+    from tests.support import cli as classic_cli
+    from tests.test_spectest import (
+        DEDUP,
+        drops_zero_quantity,
+        duplicate_in_a_later_batch,
+        positive_quantity,
+        rescue_and_quarantine,
+        store_sales,
+        ten_minutes,
+        with_orders,
+        with_sales,
+    )
+
+    with_orders(lakehouse, expectations=positive_quantity(), dedup=DEDUP)
+    with_sales(lakehouse, "sales")
+    lakehouse.add_table("gold", "store_sales", store_sales(source="sales"))
+    rescue_and_quarantine(lakehouse)
+    drops_zero_quantity(lakehouse)
+    duplicate_in_a_later_batch(lakehouse)
+    case = ten_minutes(lakehouse)
+    on_connect(lakehouse, server)
+    base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+
+    done = cli(lakehouse, "test", *base, timeout=900)  # (6 job runs: minutes on a busy machine)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "PASS bronze.orders/rescue_and_quarantine (2 rows, 1 quarantined)",
+        "PASS silver.orders/drops_zero_quantity (2 rows, 1 quarantined)",
+        "PASS silver.orders/duplicate_in_a_later_batch (3 rows)",
+        "PASS gold.store_sales/ten_minutes (3 rows)",
+        "4 passed, 0 failed"]
+    assert not lakehouse.path("tables").exists()  # (nothing written in the user's lake)
+
+    expected = case / "expected.jsonl"
+    expected.write_text(expected.read_text().replace('"revenue": 31', '"revenue": 30'))
+    failed = [
+        "FAIL gold.store_sales/ten_minutes",
+        "  window_start=2026-11-01 08:00:00, window_end=2026-11-01 08:10:00, store_id=s1: "
+        "revenue expected 30, found 31",
+        "0 passed, 1 failed"]
+    done = cli(lakehouse, "test", "gold.store_sales", *base, timeout=900)
+    assert (done.returncode, done.stdout.splitlines()) == (1, failed), done.stderr[-3000:]
+    lakehouse.write_env()  # the same case in a classic session, in this process
+    capsys.readouterr()
+    assert classic_cli(lakehouse, "test", "gold.store_sales") == 1
+    assert capsys.readouterr().out.splitlines() == failed
 
 
 def test_pruning_evidence_over_connect_is_the_classic_evidence(

@@ -55,20 +55,41 @@ def order(order_id: str, quantity: int, minute: int = 0, customer: str = "c1") -
 
 
 # ------------------------------------------------------------------------------ silver
-def test_silver_a_rule_quarantines_a_row(lakehouse: Lakehouse,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    with_orders(lakehouse, expectations=[
-        {"name": "positive_quantity", "rule": "quantity > 0", "action": "quarantine"}])
+# The cases of the silver orders, the gold store sales and the bronze orders below, written
+# by functions of their own: tests/test_connect.py runs the same cases over Spark Connect.
+def positive_quantity(rule: str = "quantity > 0") -> list[dict[str, str]]:
+    return [{"name": "positive_quantity", "rule": rule, "action": "quarantine"}]
+
+
+DEDUP = {"keys": ["order_id"], "delay": "1 hour"}
+
+
+def drops_zero_quantity(lakehouse: Lakehouse) -> None:
+    """A case of silver.orders with the rule :func:`positive_quantity`: one row quarantined."""
     write_case(lakehouse, "silver.orders", "drops_zero_quantity", {
         "input.jsonl": [order("o1", 2), order("o2", 0), order("o3", 5)],
         "expected.jsonl": [{"order_id": "o1", "quantity": 2}, {"order_id": "o3", "quantity": 5}],
         "quarantine.jsonl": [{"_failed_rules": ["positive_quantity"]}]})
+
+
+def duplicate_in_a_later_batch(lakehouse: Lakehouse) -> None:
+    """A case of silver.orders with :data:`DEDUP`: o1 again in the second batch, dropped."""
+    write_case(lakehouse, "silver.orders", "duplicate_in_a_later_batch", {
+        "input-1.jsonl": [order("o1", 2, minute=0), order("o2", 3, minute=1)],
+        "input-2.jsonl": [order("o1", 9, minute=5), order("o3", 1, minute=6)],
+        "expected.jsonl": [{"order_id": "o1", "quantity": 2}, {"order_id": "o2", "quantity": 3},
+                           {"order_id": "o3", "quantity": 1}]})
+
+
+def test_silver_a_rule_quarantines_a_row(lakehouse: Lakehouse,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with_orders(lakehouse, expectations=positive_quantity())
+    drops_zero_quantity(lakehouse)
     code, lines = medallion_test(lakehouse, capsys)
     assert (code, lines) == (0, ["PASS silver.orders/drops_zero_quantity (2 rows, 1 quarantined)",
                                  "1 passed, 0 failed"])
 
-    with_orders(lakehouse, expectations=[
-        {"name": "positive_quantity", "rule": "quantity > 2", "action": "quarantine"}])
+    with_orders(lakehouse, expectations=positive_quantity("quantity > 2"))
     code, lines = medallion_test(lakehouse, capsys, "silver.orders")
     assert (code, lines) == (1, [
         "FAIL silver.orders/drops_zero_quantity",
@@ -79,13 +100,8 @@ def test_silver_a_rule_quarantines_a_row(lakehouse: Lakehouse,
 
 def test_silver_dedup_within_the_watermark_across_two_batches(
         lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
-    dedup = {"keys": ["order_id"], "delay": "1 hour"}
-    with_orders(lakehouse, source="orders", dedup=dedup)
-    write_case(lakehouse, "silver.orders", "duplicate_in_a_later_batch", {
-        "input-1.jsonl": [order("o1", 2, minute=0), order("o2", 3, minute=1)],
-        "input-2.jsonl": [order("o1", 9, minute=5), order("o3", 1, minute=6)],
-        "expected.jsonl": [{"order_id": "o1", "quantity": 2}, {"order_id": "o2", "quantity": 3},
-                           {"order_id": "o3", "quantity": 1}]})
+    with_orders(lakehouse, source="orders", dedup=DEDUP)
+    duplicate_in_a_later_batch(lakehouse)
     code, lines = medallion_test(lakehouse, capsys, "silver.orders")
     assert (code, lines) == (0, ["PASS silver.orders/duplicate_in_a_later_batch (3 rows)",
                                  "1 passed, 0 failed"])
@@ -140,24 +156,33 @@ def sale(order_id: str, store: str, amount: int, at: str) -> dict[str, Any]:
     return {"order_id": order_id, "store_id": store, "amount": amount, "event_time": at}
 
 
-def aggregate(window: dict[str, str], revenue: str = "sum(amount)",
+def aggregate(window: dict[str, str], revenue: str = "sum(amount)", source: str = "orders",
               **extra: Any) -> dict[str, Any]:
-    return {"source": "orders", "event_time": "event_time", "window": window,
+    return {"source": source, "event_time": "event_time", "window": window,
             "group_by": ["store_id"],
             "aggregates": [{"name": "orders", "expr": "count(*)"},
                            {"name": "revenue", "expr": revenue}], **extra}
 
 
-def test_gold_a_tumbling_window_and_a_calendar_month(
-        lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
-    lakehouse.add_table("bronze", "orders", bronze_spec(schema=SALES))
-    lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time"))
-    tumbling = {"type": "tumbling", "duration": "10 minutes"}
-    lakehouse.add_table("gold", "store_sales", aggregate(tumbling, watermark="10 minutes",
-                                                         output_mode="update"))
-    month = {"type": "calendar", "unit": "month"}
-    lakehouse.add_table("gold", "monthly_sales", aggregate(month))
-    write_case(lakehouse, "gold.store_sales", "ten_minutes", {
+TUMBLING = {"type": "tumbling", "duration": "10 minutes"}
+
+
+def with_sales(lakehouse: Lakehouse, name: str = "orders") -> None:
+    """Sales landed in bronze and kept by silver, both tables named ``name``."""
+    lakehouse.add_table("bronze", name, bronze_spec(schema=SALES, path=f"landing/{name}"))
+    lakehouse.add_table("silver", name, silver_spec(
+        event_time="event_time", source={"table": name, "max_files_per_trigger": 1}))
+
+
+def store_sales(revenue: str = "sum(amount)", source: str = "orders") -> dict[str, Any]:
+    """gold.store_sales: orders and revenue per store in windows of :data:`TUMBLING`."""
+    return aggregate(TUMBLING, revenue, source, watermark="10 minutes", output_mode="update")
+
+
+def ten_minutes(lakehouse: Lakehouse) -> Path:
+    """A case of gold.store_sales: two batches, the second with a late row of the first
+    window; its folder."""
+    return write_case(lakehouse, "gold.store_sales", "ten_minutes", {
         "input-1.jsonl": [sale("a", "s1", 10, "2026-11-01T08:01:00Z"),
                           sale("b", "s1", 20, "2026-11-01T08:02:00Z"),
                           sale("c", "s2", 7, "2026-11-01T08:05:00Z")],
@@ -170,6 +195,15 @@ def test_gold_a_tumbling_window_and_a_calendar_month(
              "store_id": "s2", "orders": 1, "revenue": 7},
             {"window_start": "2026-11-01T08:10:00Z", "window_end": "2026-11-01T08:20:00Z",
              "store_id": "s1", "orders": 1, "revenue": 5}]})
+
+
+def test_gold_a_tumbling_window_and_a_calendar_month(
+        lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
+    with_sales(lakehouse)
+    lakehouse.add_table("gold", "store_sales", store_sales())
+    month = {"type": "calendar", "unit": "month"}
+    lakehouse.add_table("gold", "monthly_sales", aggregate(month))
+    ten_minutes(lakehouse)
     write_case(lakehouse, "gold.monthly_sales", "by_month", {
         "input.jsonl": [sale("a", "s1", 10, "2026-01-15T10:00:00Z"),
                         sale("b", "s1", 20, "2026-01-31T23:30:00Z"),
@@ -182,9 +216,7 @@ def test_gold_a_tumbling_window_and_a_calendar_month(
                                  "PASS gold.store_sales/ten_minutes (3 rows)",
                                  "2 passed, 0 failed"])
 
-    lakehouse.add_table("gold", "store_sales", aggregate(tumbling, "max(amount)",
-                                                         watermark="10 minutes",
-                                                         output_mode="update"))
+    lakehouse.add_table("gold", "store_sales", store_sales("max(amount)"))
     lakehouse.add_table("gold", "monthly_sales", aggregate({**month, "unit": "quarter"}))
     code, lines = medallion_test(lakehouse, capsys, "gold.store_sales", "monthly_sales")
     assert (code, lines) == (1, [
@@ -202,9 +234,9 @@ def test_gold_a_tumbling_window_and_a_calendar_month(
 
 
 # ------------------------------------------------------------------------------ bronze
-def test_bronze_rescues_a_value_and_quarantines_a_malformed_line(
-        lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
-    lakehouse.add_table("bronze", "orders", bronze_spec(schema=ORDERS))
+def rescue_and_quarantine(lakehouse: Lakehouse) -> None:
+    """A case of bronze.orders (typed by :data:`ORDERS`): a landed file with a value rescued
+    and a malformed line quarantined."""
     write_case(lakehouse, "bronze.orders", "rescue_and_quarantine", {
         "input.jsonl": json.dumps(order("o1", 2)) + "\n"
                        + json.dumps({**order("o2", 0), "quantity": "many"}) + "\n"
@@ -214,6 +246,12 @@ def test_bronze_rescues_a_value_and_quarantines_a_malformed_line(
             {"order_id": "o2", "quantity": None, "_rescued_data": '{"quantity":"many"}'}],
         "quarantine.jsonl": [{"_raw": '{"order_id": "o3"',
                               "_reason": "malformed record: does not parse against the schema"}]})
+
+
+def test_bronze_rescues_a_value_and_quarantines_a_malformed_line(
+        lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec(schema=ORDERS))
+    rescue_and_quarantine(lakehouse)
     code, lines = medallion_test(lakehouse, capsys, "bronze.orders")
     assert (code, lines) == (0, ["PASS bronze.orders/rescue_and_quarantine (2 rows, "
                                  "1 quarantined)", "1 passed, 0 failed"])
