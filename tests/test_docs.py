@@ -26,7 +26,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,10 +33,10 @@ import yaml
 
 from framework.cli import build_parser
 from framework.config.loader import load_checked
+from tests.pages import Block, blocks, run_as_written, section
 from tests.support import REPO
 
 README_MAX_LINES = 250
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 COMMANDS = ("medallion", ".venv/bin/medallion", "deploy/yarn/submit.sh")
 SCRIPT = re.compile(r"^(bench|deploy|tests)/[\w./-]+\.(py|sh)$")
 # Minimal specs for the tables a block needs that conf/ does not have.
@@ -50,44 +49,6 @@ STUBS = {"bronze": "source: {path: landing/stub, format: json, schema: 'id STRIN
 def spark() -> None:
     """No Spark here: the conftest's session, made for every test, is not made for these."""
     return None
-
-
-@dataclass(frozen=True)
-class Block:
-    page: Path
-    line: int  # of the opening fence, 1-based
-    lang: str
-    text: str
-    marker: str | None  # the HTML comment on the line before, without <!-- -->
-
-    def __str__(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
-
-
-def blocks(lang: str) -> list[Block]:
-    """The fenced blocks of a language in every page, dedented (a block in a list item is
-    indented), with their marker."""
-    found = []
-    for page in PAGES:
-        lines = page.read_text(encoding="utf-8").splitlines()
-        i = 0
-        while i < len(lines):
-            opening = re.match(r"^(\s*)```(\w*)\s*$", lines[i])
-            if not opening:
-                i += 1
-                continue
-            indent, start = opening.group(1), i
-            i += 1
-            while not re.match(rf"^{indent}```\s*$", lines[i]):
-                i += 1
-            if opening.group(2) == lang:
-                body = [line.removeprefix(indent) for line in lines[start + 1:i]]
-                before = re.match(r"^\s*<!--\s*(.*?)\s*-->\s*$", lines[start - 1]) \
-                    if start else None
-                found.append(Block(page, start + 1, lang, "\n".join(body) + "\n",
-                                   before.group(1) if before else None))
-            i += 1
-    return found
 
 
 def test_the_readme_is_short() -> None:
@@ -222,65 +183,15 @@ def test_every_script_the_docs_run_exists() -> None:
     assert missing == []
 
 
-FIRST_FEEDS = {  # a page, and where its first feed starts and ends (a heading, or the page's ends)
-    "README.md": ("## Your first feed", "## Where it runs"),
-    "docs/first-feed-by-hand.md": (None, None),
-}
-
-
-def _run_as_written(tmp_path: Path, section: list[Block]) -> str:
-    """A first feed on a fresh folder holding the shipped environments: in the page's order,
-    each spec a conf block shows written to its file (a spec written by hand, or one a command
-    wrote, as edited), each bash block run by bash as it is written; their output."""
-    shutil.copytree(REPO / "conf" / "environments", tmp_path / "conf" / "environments")
-    (tmp_path / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists()
-                                    else Path(sys.executable).parents[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    out = ""
-    for block in sorted(section, key=lambda b: b.line):
-        if block.lang == "yaml":
-            file = tmp_path / "conf" / (block.marker or "").removeprefix("conf: ") \
-                .partition(" needs: ")[0]
-            file.parent.mkdir(parents=True, exist_ok=True)
-            file.write_text(block.text, encoding="utf-8")
-            continue
-        done = subprocess.run(["bash", "-e", "-c", block.text], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, f"{block}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
-        out += done.stdout
-    return out
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(FIRST_FEEDS))
-def test_a_first_feed_runs_as_written(tmp_path: Path, name: str) -> None:
-    """The README's first feed (specs from sample files with new, one edited, then test,
-    land, run and query) and the one written by hand in the docs, each on a fresh folder, and
-    what the page says of the results found in the output."""
-    page = REPO / name
-    first, last = FIRST_FEEDS[name]
-    section = [b for b in [*blocks("yaml"), *blocks("bash"), *blocks("text")]
-               if b.page == page and (first is None or b.line > _line_of(page, first))
-               and (last is None or b.line < _line_of(page, last))]
-    specs = [b.marker for b in section if b.lang == "yaml"]
-    shown = [b.text for b in section if b.lang == "text"]
-    out = _run_as_written(tmp_path, [b for b in section if b.lang != "text"])
+def test_the_first_feed_by_hand_runs_as_written(tmp_path: Path) -> None:
+    """The feed written by hand in the docs, on a fresh folder (the README's first feed is run
+    as written by tests/test_newcomer.py), and what the page says of the results found in the
+    output."""
+    blocks_of = section(REPO / "docs" / "first-feed-by-hand.md", None, None, "yaml", "bash")
+    specs = [b.marker for b in blocks_of if b.lang == "yaml"]
+    out = run_as_written(tmp_path, blocks_of)
     lake = tmp_path / "lakehouse" / "tables"
-    if name == "README.md":
-        # new wrote the specs and the case; the gold spec is the one edited, per month
-        assert specs == ["conf: tables/gold/prices_monthly.yaml needs: silver.prices"]
-        for spec in ("bronze/prices.yaml", "silver/prices.yaml", "gold/prices_monthly.yaml"):
-            assert (tmp_path / "conf" / "tables" / spec).is_file()
-        assert "warning:" not in out, out[-3000:]  # new made the landing folder
-        assert "PASS silver.prices/sample (3 rows)\n1 passed, 0 failed\n" in out
-        # each symbol's trading days and mean close per month, as the page shows them
-        months = re.findall(r"^(2026-\d\d-01)\s*\|\s*(\w+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)$",
-                            out, re.MULTILINE)
-        assert months == [("2026-01-01", "ACME", "2", "11.0"), ("2026-01-01", "BOLT", "2", "20.0"),
-                          ("2026-02-01", "ACME", "3", "12.5"), ("2026-02-01", "BOLT", "2", "22.5")]
-        assert len(shown) == 1 and shown[0] in out, out[-3000:]
-        assert (lake / "gold" / "prices_monthly").is_dir()
-        return
     assert specs == ["conf: tables/bronze/readings.yaml", "conf: tables/silver/readings.yaml",
                      "conf: tables/gold/daily_usage.yaml"]
     # m1 used 3.5 kWh that day (its repeated reading counted once); m2's negative reading is
@@ -289,8 +200,3 @@ def test_a_first_feed_runs_as_written(tmp_path: Path, name: str) -> None:
     assert "kwh >= 0" in out or "non_negative" in out
     assert '"kwh": 0.7' in out
     assert (lake / "gold" / "daily_usage").is_dir()
-
-
-def _line_of(page: Path, heading: str) -> int:
-    lines = page.read_text(encoding="utf-8").splitlines()
-    return lines.index(heading) + 1
