@@ -199,3 +199,23 @@ def test_the_shipped_configuration_passes_the_column_checks(
 ) -> None:
     assert main(["validate", "--conf", str(REPO / "conf"), "--env", "local", "--no-spark"]) == 0
     assert "configuration valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("missing", ["watermark", "event_time"])
+def test_a_window_without_its_watermark_or_event_time_is_one_problem_with_spark(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    """A window the spec cannot close is said once, and Spark's check of the rest goes on."""
+    lakehouse.add_table("bronze", "events", {"source": {**FEED,
+                                                        "schema": "id STRING, t TIMESTAMP"}})
+    lakehouse.add_table("silver", "events", {"source": "events", "event_time": "t"})
+    spec = {"source": "events", "event_time": "t", "watermark": "1 hour",
+            "window": {"type": "tumbling", "duration": "1 hour"}, "group_by": ["id"],
+            "aggregates": [{"name": "n", "expr": "count(*)"}]}
+    del spec[missing]
+    lakehouse.add_table("gold", "hourly", spec)
+    code, problems = validate(lakehouse, capsys)
+    assert code == 2
+    assert list(problems) == [f"gold/hourly.yaml:{missing}"], problems
+    assert problems[f"gold/hourly.yaml:{missing}"].startswith(
+        f"expected key '{missing}' with a tumbling window"), problems
