@@ -266,6 +266,10 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
         settings["spark.jars.packages"] = ",".join(spark_packages())
     settings = {"spark.master": env.master, "spark.app.name": app_name, **settings}
     debug = os.environ.get(JAVA_STACKS) == "1"
+    # Python UDFs run in workers of this interpreter (PySpark's default is whatever `python3`
+    # the PATH finds, which need not have the framework: a run from a folder of the user's own
+    # then fails in any UDF, bronze's quarantine reasons among them)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     launch_driver(settings, notices=debug, resolver=_Resolver.report)
     builder = SparkSession.builder
     for key, value in settings.items():

@@ -75,8 +75,9 @@ def test_a_failing_setup_step_shows_its_output_and_exits_with_its_code(tmp_path:
 
 def test_every_setup_command_runs_as_a_step_and_make_echoes_none(tmp_path: Path) -> None:
     log = tmp_path / "setup.log"
-    planned = subprocess.run(["make", "-n", "-B", "setup", f"SETUP_LOG={log}"], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "-B", "setup",
+                              f"SETUP_LOG={log}"], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)  # (under make itself, as in CI, no "Entering directory")
     assert planned.returncode == 0, planned.stderr
     commands = [line for line in planned.stdout.splitlines()
                 if line.strip() and not line.startswith(("#", "  ", "\t"))]
