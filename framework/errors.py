@@ -126,13 +126,44 @@ class JobError(MedallionError):
 
 
 def first_line(exc: BaseException) -> str:
+    """The first line of an error's message that says what went wrong (see :func:`message_line`),
+    or the error's class when its message is empty."""
+    return message_line(str(exc)) or type(exc).__name__
+
+
+def message_line(message: str) -> str:
     """The first non-blank line of an error's message (Spark's errors carry the plan and the
-    JVM's stack after it; a parse error's message starts on its second line)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    JVM's stack after it; a parse error's message starts on its second line), with the JVM's
+    exception after Py4J's words and a Python function's exception in place of its traceback."""
+    raw = [line for line in message.splitlines() if line.strip()]
+    lines = [line.strip() for line in raw]
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         # Py4J's own words; the JVM's exception (": java.lang...: what") is on the next line
         return f"{lines[0]} {lines[1].removeprefix(': ')}"
-    return lines[0] if lines else type(exc).__name__
+    if lines and lines[0].endswith(_TRACEBACK):
+        # a Python function's error told through the JVM (a foreachBatch function's): its own
+        # exception closes the traceback that follows
+        head = lines[0].removesuffix(_TRACEBACK).rstrip()
+        return f"{head} {_python_exception(raw[1:])}".strip()
+    return lines[0] if lines else ""
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def _python_exception(lines: list[str]) -> str:
+    """The exception line of the Python traceback ``lines`` start in: the first line not indented
+    as a frame is, or, for a chain of them (Python's "During handling of..."), the chain's last."""
+    found = "(no exception line)"
+    heads = [line for line in lines if not line[:1].isspace() and not line.startswith(_TRACEBACK)]
+    for line, after in zip(heads, [*heads[1:], ""], strict=True):
+        if line.startswith(_CHAINED):
+            continue
+        found = line.strip()
+        if not after.startswith(_CHAINED):
+            break
+    return found
 
 
 class QueryFailedError(JobError):

@@ -23,6 +23,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from framework.errors import message_line
 from framework.jvm import JsonProgressListener, session_key
 from framework.logging import get_logger
 
@@ -252,6 +253,6 @@ class ProgressListener(JsonProgressListener):
                 "stream.query.failed",
                 query_id=str(event.id),
                 query_run_id=str(event.runId),
-                error=event.exception.splitlines()[0][:500],
+                error=message_line(event.exception)[:500],
                 error_class=event.errorClassOnException,
             )

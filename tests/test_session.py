@@ -243,3 +243,31 @@ def test_a_jvm_error_names_the_jvm_exception(spark: SparkSession) -> None:
         spark._jvm.java.net.URI("a b")  # type: ignore[union-attr]
     assert first_line(caught.value).endswith(
         "java.net.URISyntaxException: Illegal character in path at index 1: a b")
+
+
+def test_a_python_error_in_a_batch_names_the_python_exception(spark: SparkSession,
+                                                              tmp_path: Path) -> None:
+    """A foreachBatch function's error reaches the JVM as a Python traceback; the line a run
+    keeps is the traceback's last exception (of a chain, the one raised last), not its first
+    line, which only says a traceback follows."""
+    from pyspark.errors import StreamingQueryException
+
+    from framework.errors import first_line
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"a": 1}\n')
+
+    def fail(df: object, batch_id: int) -> None:
+        try:
+            {}["missing"]
+        except KeyError as exc:
+            raise ValueError("the batch's own words") from exc
+
+    query = (spark.readStream.schema("a int").json(str(tmp_path / "in")).writeStream
+             .foreachBatch(fail).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException) as caught:
+        query.awaitTermination()
+    line = first_line(caught.value)
+    assert line.startswith("[STREAM_FAILED]")
+    assert line.endswith("Return Message: ValueError: the batch's own words"), line
