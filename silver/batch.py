@@ -30,11 +30,13 @@ from pyspark.sql.types import (
 
 from framework.changes import ChangeApplier, KeyedChanges
 from framework.config.model import Table
+from framework.delta import latest_commit, read_table
 from framework.errors import BatchFailedError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
 from framework.microbatch import Outcome, TableBatches, batch_commits
+from framework.quality import batch_results, mark_unique, quality_table
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import Action, Expectation, Scd2, SilverTableSpec, TableFormat, WriteMode
 
@@ -61,7 +63,9 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
     if changes and changes.snapshot_by is not None:  # (the column: SnapshotApplier.mark_order)
         implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
                                     action=Action.QUARANTINE))
-    return [*spec.expectations, *implicit]
+    checks = [Expectation(name=c.check_name, rule=f"NOT {quote(c.column)}",
+                          action=Action(c.action.value)) for c in spec.checks]
+    return [*spec.expectations, *implicit, *checks]
 
 
 def keyed_changes(spec: SilverTableSpec) -> KeyedChanges | None:
@@ -121,6 +125,7 @@ class BatchWriter:
         self.applier = change_applier(batches.table)
         self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
         self.commits = batch_commits(batches.table, batches.replayable, spark)
+        self.spark = spark
 
     def write(self, batch: DataFrame, batch_id: int) -> Refined:
         try:
@@ -141,11 +146,21 @@ class BatchWriter:
         log = get_logger(**self.log_context, batch_id=batch_id)
         if isinstance(self.applier, SnapshotApplier):
             batch = self._mark_snapshot_order(batch, batch_id, log)
+        if not self.spec.checks:
+            return self._refine(batch, batch_id, log)
+        source = batch.persist()  # the checks read it twice: its keys' range, then its rows
+        try:
+            return self._refine(source, batch_id, log)
+        finally:
+            source.unpersist()
+
+    def _refine(self, batch: DataFrame, batch_id: int, log: Any) -> Refined:
         broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in self.rules}
+        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
+        batch = self._checked(batch, broken, batch_id)
         quarantine, drop = self._verdicts(broken)
         aggs = self._aggregates(broken, quarantine, drop)
         df = self._failing(batch, broken, batch_id)
-        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
         # the batch is cached so its (stateful) computation runs once for all writes (and for
         # the span check of a table with a watermark).
@@ -169,12 +184,49 @@ class BatchWriter:
             df.unpersist()
         return self._counted(metrics, at_risk, batch_id, log)
 
-    def _verdicts(self, broken: Mapping[str, Column]) -> tuple[Column, Column]:
+    def _checked(self, batch: DataFrame, broken: Mapping[str, Column],
+                 batch_id: int) -> DataFrame:
+        """``batch`` with a column per table-level check marking the rows that break it
+        (:mod:`framework.quality`): of the rows sharing a key, one that no row rule rejects is
+        kept first, then the earliest in event time."""
+        if not self.spec.checks:
+            return batch
+        checks = {c.check_name for c in self.spec.checks}
+        quarantined, dropped = self._verdicts(broken, skip=checks)
+        rejected = quarantined | dropped
+        first = [rejected.asc()]
+        if self.spec.event_time:
+            first.append(F.col(self.spec.event_time).asc_nulls_last())
+        before = self._rows_before(batch.sparkSession, batch_id)
+        for check in self.spec.checks:
+            batch = mark_unique(batch, check, before, first=first, rejected=rejected)
+        return batch
+
+    def _rows_before(self, spark: SparkSession, batch_id: int) -> DataFrame:
+        """The table's rows before this batch, at a fixed version (the batch's own writes
+        make Spark compute its cached rows again): the version before the batch's own commit,
+        for a batch replayed after a crash that had committed it, else the current one."""
+        if self.spec.format is TableFormat.PARQUET:  # a batch's rows are its partition
+            return spark.table(quote_name(self.table.full_name)) \
+                .where(F.col(BATCH_ID) != F.lit(batch_id))
+        location = self.table.location
+        own = self.commits.version(location, batch_id) \
+            if batch_id in self.commits.replayable else None
+        if own is not None:
+            return read_table(spark, location, version=own - 1)
+        current = latest_commit(spark, location)
+        assert current is not None  # (created before the query starts)
+        return read_table(spark, location, version=current.version)
+
+    def _verdicts(self, broken: Mapping[str, Column],
+                  skip: frozenset[str] | set[str] = frozenset()) -> tuple[Column, Column]:
         """Whether a row is quarantined, and whether it is dropped (a row to quarantine is
-        kept there, never only dropped)."""
+        kept there, never only dropped), by the rules but those named in ``skip``."""
         quarantine: Column = F.lit(False)
         drop: Column = F.lit(False)
         for e in self.rules:
+            if e.name in skip:
+                continue
             if e.action is Action.QUARANTINE:
                 quarantine = quarantine | broken[e.name]
             elif e.action is Action.DROP:
@@ -236,6 +288,11 @@ class BatchWriter:
         written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
+        if self.spec.checks:
+            results = batch_results(self.spark, self.table.full_name, self.spec.checks,
+                                    rule_counts, run_id=self.log_context.get("run_id"),
+                                    batch_id=batch_id)
+            self.commits.append(results, quality_table(self.table.env)[1], batch_id)
         # rows dropped or quarantined are the spec's design; a broken ``warn`` rule is news
         warned = any(rule_counts.get(e.name) for e in self.rules if e.action is Action.WARN)
         event = log.warning if warned else log.info

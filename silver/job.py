@@ -51,6 +51,7 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.job import StreamingJob
 from framework.listener import BatchProgress
 from framework.microbatch import Outcome, TableBatches
+from framework.quality import ensure_quality_table
 from framework.sqlcheck import analysis_problem, not_event_time
 from framework.staleness import record as record_spec
 from silver.batch import (
@@ -300,6 +301,8 @@ class SilverJob(StreamingJob):
         if self.spec.format is not TableFormat.PARQUET:
             # what its rows are computed with, before one is written (for medallion validate)
             record_spec(self.spark, self.table.location, self.spec.stale_parts())
+        if self.spec.checks:
+            ensure_quality_table(self.spark, self.table.env)
         if self._quarantines:
             create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                          self.quarantine_location,

@@ -52,6 +52,7 @@ from framework.config.model import (
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import check_interval, split_commits_advice
+from framework.quality import CheckAction, Unique
 
 # Why a table of full snapshots reads whole upstream commits (see silver.snapshots).
 SPLIT_SNAPSHOTS = ("a file or byte limit can split an upstream commit of several files across "
@@ -231,6 +232,7 @@ class SilverTableSpec(TableSpec):
     transforms: list[str] = Field(default_factory=list)
     event_time: Identifier | None = None
     expectations: list[Expectation] = Field(default_factory=list)
+    checks: list[Unique] = Field(default_factory=list)
     dedup: Dedup | None = None
     mode: WriteMode = WriteMode.APPEND
     upsert: Upsert | None = None
@@ -295,6 +297,10 @@ class SilverTableSpec(TableSpec):
         for e in self.expectations:
             if e.action is not Action.WARN:
                 parts[f"expectations[{e.name}]"] = f"{e.rule} ({e.action.value})"
+        for check in self.checks:
+            if check.action is not CheckAction.WARN:
+                parts[f"checks[{check.check_name}]"] = \
+                    f"unique {', '.join(check.unique)} ({check.action.value})"
         if self.transforms:
             parts["transforms"] = ", ".join(self.transforms)
         if self.event_time:
@@ -387,11 +393,16 @@ class SilverTableSpec(TableSpec):
         if self.dedup and not self.event_time:
             yield ("event_time", "expected event_time with dedup (the watermark needs it), "
                    "found none")
+        if self.checks and self.mode is not WriteMode.APPEND:
+            yield ("checks[0].unique", f"expected unique checks on a table of mode append, "
+                   f"found mode {self.mode.value}, whose rows are one per key of its "
+                   f"{self.mode.value}.keys already")
 
     def _expectation_problems(self) -> Iterator[tuple[str, str]]:
-        names = [e.name for e in self.expectations]
+        names = [e.name for e in self.expectations] + [c.check_name for c in self.checks]
         for dup in sorted({n for n in names if names.count(n) > 1}):
-            yield ("expectations", f"expected unique expectation names, found {dup!r} twice")
+            yield ("expectations", f"expected unique names of expectations and checks, found "
+                   f"{dup!r} twice")
 
     def _column_problems(self) -> Iterator[tuple[str, str]]:
         """(key, message) for each column a setting names that is not among the output
@@ -402,7 +413,8 @@ class SilverTableSpec(TableSpec):
         for key, cols in (("partition_by", self.partition_by), ("cluster_by", self.cluster_by),
                           ("bucket_by", self.bucket_by), ("sort_by", self.sort_by),
                           ("event_time", [self.event_time] if self.event_time else []),
-                          ("dedup.keys", self.dedup.keys if self.dedup else [])):
+                          ("dedup.keys", self.dedup.keys if self.dedup else []),
+                          *((f"checks[{i}].unique", c.unique) for i, c in enumerate(self.checks))):
             missing = [c for c in cols if c not in out]
             if missing:
                 yield (key, f"expected columns among the output columns "
@@ -469,6 +481,8 @@ class SilverTableSpec(TableSpec):
                           ("event_time", [self.event_time] if self.event_time else []),
                           ("dedup.keys", self.dedup.keys if self.dedup else [])):
             yield from ((key, c) for c in cols)
+        for i, check in enumerate(self.checks):
+            yield from ((f"checks[{i}].unique", c) for c in check.unique)
         if self.changes:
             for key, cols in self.changes.named_columns():
                 yield from ((f"{self.mode.value}.{key}", c) for c in cols)

@@ -38,6 +38,7 @@ from tests.support import (
     bronze_spec,
     foreign_lines,
     medallion_cmd,
+    silver_spec,
     write_order_files,
 )
 from tests.test_gold import STORES, with_sales_mart
@@ -407,6 +408,38 @@ def test_a_bronze_run_over_connect_ingests_archives_and_reports(
     report = cli(lakehouse, "report", *base, "--out", str(out))
     assert report.returncode == 0, report.stderr
     assert out.is_file() and "orders" in out.read_text(encoding="utf-8")
+
+
+def test_a_unique_check_runs_on_the_server(server: ConnectServer, lakehouse: Lakehouse,
+                                           spark: SparkSession) -> None:
+    """Orders sent again in a later file: the silver batch run on the server quarantines
+    them under the check's name, as a classic run does (tests/test_quality.py)."""
+    on_connect(lakehouse, server)
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(
+        checks=[{"unique": ["order_id"]}]))
+    base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+    assert cli(lakehouse, "init", *base).returncode == 0
+    landing = lakehouse.path("landing", "orders")
+    write_order_files(landing, files=1, per_file=4)
+    first = cli(lakehouse, "run", "all", *base)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    write_order_files(landing, files=1, per_file=4, start=2, prefix="again")  # o2, o3 again
+
+    done = cli(lakehouse, "run", "all", *base, "--summary", str(lakehouse.base / "s.json"))
+
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    tables = {t["table"].split(".")[-2].split("_")[0]: t for t in
+              json.loads((lakehouse.base / "s.json").read_text())["tables"]}
+    assert tables["silver"]["counts"]["rule:unique_order_id"] == 2
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    ids = sorted(r[0] for r in spark.read.format("delta").load(silver.location)
+                 .select("order_id").collect())
+    assert ids == [f"o{i:07d}" for i in range(6)]
+    quarantined = spark.read.format("delta").load(silver.companion_location("quarantine"))
+    assert sorted((json.loads(r["_row"])["order_id"], list(r["_failed_rules"]))
+                  for r in quarantined.collect()) == [
+        ("o0000002", ["unique_order_id"]), ("o0000003", ["unique_order_id"])]
 
 
 @pytest.mark.slow

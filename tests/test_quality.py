@@ -1,0 +1,200 @@
+"""Table-level checks (framework.quality): a key unique across the table, whatever batch or run
+brings a row again."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from framework.config.model import Layer
+from framework.job import RunContext, RunStatus, TableRunSummary
+from silver.job import SilverJob
+from tests.support import Lakehouse, bronze_spec, silver_spec, write_delta_commits
+
+BASE = datetime(2026, 11, 1, 8, 0, 0)
+
+
+def run(spark: SparkSession, lakehouse: Lakehouse, ok: bool = True) -> TableRunSummary:
+    summary = SilverJob(spark, lakehouse.project().table("orders", Layer.SILVER),
+                        RunContext()).run()
+    if ok:
+        assert summary.status is RunStatus.SUCCEEDED, summary.error
+    return summary
+
+
+def row(key: str | None, quantity: int, minutes: int) -> tuple[Any, ...]:
+    return (key, "c1", quantity, BASE + timedelta(minutes=minutes), 0)
+
+
+def order_ids(spark: SparkSession, location: str, column: str = "order_id") -> list[Any]:
+    return sorted((r[0] for r in spark.read.format("delta").load(location)
+                   .select(column).collect()), key=str)
+
+
+def quarantined(spark: SparkSession, lakehouse: Lakehouse) -> list[tuple[str, list[str]]]:
+    location = lakehouse.project().table("orders", Layer.SILVER).companion_location("quarantine")
+    return sorted((r[0], list(r[1])) for r in spark.read.format("delta").load(location).select(
+        F.concat(F.get_json_object("_row", "$.order_id"), F.lit("@"),
+                 F.get_json_object("_row", "$.quantity")), "_failed_rules").collect())
+
+
+def results(spark: SparkSession, lakehouse: Lakehouse) -> list[tuple[Any, ...]]:
+    """The table's rows of ``<ops>.quality``: (batch, check, action, passed, rows affected)."""
+    from framework.quality import quality_table
+
+    table = lakehouse.project().table("orders", Layer.SILVER)
+    rows = spark.read.format("delta").load(quality_table(table.env)[1]) \
+        .where(F.col("table") == table.full_name).collect()
+    assert all(r["kind"] == "unique" and r["threshold"] == "0" and r["run_id"] for r in rows)
+    assert all(r["observed"] == str(r["rows_affected"]) for r in rows)
+    return sorted((r["batch_id"], r["check"], r["action"], r["passed"], r["rows_affected"])
+                  for r in rows)
+
+
+def setup_unique(lakehouse: Lakehouse, action: str = "quarantine", **spec: Any) -> str:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(
+        checks=[{"unique": ["order_id"], "action": action}], **spec))
+    return lakehouse.project().table("orders", Layer.BRONZE).location
+
+
+def test_a_key_sent_again_after_the_dedup_watermark_is_quarantined_not_written_twice(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """Dedup forgets a key once the watermark passes it; the unique check does not: the
+    re-sent row goes to the quarantine, counted under the check's name."""
+    bronze = setup_unique(lakehouse, event_time="event_time",
+                          dedup={"keys": ["order_id"], "delay": "10 minutes"})
+    first = [row(f"o{i}", 1, i) for i in range(5)]
+    later = [row(f"p{i}", 1, 120 + i) for i in range(5)]  # moves the watermark past o*
+    after = [row("p5", 1, 125)]  # (the state forgets o* in the batch after the watermark moved)
+    again = [row("o1", 2, 126), row("p9", 1, 127)]  # o1 sent again two hours later
+    write_delta_commits(spark, bronze, [first, later, after, again])
+
+    summary = run(spark, lakehouse)
+
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    assert order_ids(spark, silver.location) == sorted(
+        [f"o{i}" for i in range(5)] + [f"p{i}" for i in range(6)] + ["p9"])
+    assert summary.counts["duplicates_dropped"] == 0  # dedup no longer knew o1
+    assert summary.counts["rule:unique_order_id"] == 1
+    assert summary.counts["quarantined_rows"] == 1
+    assert quarantined(spark, lakehouse) == [("o1@2", ["unique_order_id"])]
+
+
+def test_a_key_twice_in_one_batch_keeps_the_earliest_and_across_runs_is_caught(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    bronze = setup_unique(lakehouse, event_time="event_time")
+    # in one batch: k1 three times (the earliest, quantity 1, is kept), k2 once, a NULL key twice
+    write_delta_commits(spark, bronze, [[row("k1", 3, 5), row("k1", 1, 1), row("k2", 1, 2),
+                                         row("k1", 2, 3), row(None, 1, 1), row(None, 2, 1)]])
+    first = run(spark, lakehouse)
+    write_delta_commits(spark, bronze, [[row("k2", 9, 30), row("k3", 1, 30)]])
+    second = run(spark, lakehouse)
+
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    got = spark.read.format("delta").load(silver.location).select("order_id", "quantity")
+    want = spark.createDataFrame([("k1", 1), ("k2", 1), ("k3", 1), (None, 1), (None, 2)],
+                                 "order_id STRING, quantity INT")
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    assert (first.counts["rule:unique_order_id"], second.counts["rule:unique_order_id"]) == (2, 1)
+    assert quarantined(spark, lakehouse) == [
+        ("k1@2", ["unique_order_id"]), ("k1@3", ["unique_order_id"]),
+        ("k2@9", ["unique_order_id"])]
+    assert results(spark, lakehouse) == [(0, "unique_order_id", "quarantine", False, 2),
+                                         (1, "unique_order_id", "quarantine", False, 1)]
+
+
+def test_the_kept_row_of_a_key_is_one_no_other_rule_rejects(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """Of a key's rows, a row quarantined by a row rule does not take the key: the good row
+    is written even when it comes later in event time."""
+    bronze = setup_unique(lakehouse, event_time="event_time", expectations=[
+        {"name": "positive_quantity", "rule": "quantity > 0", "action": "quarantine"}])
+    write_delta_commits(spark, bronze, [[row("k1", 0, 1), row("k1", 4, 2)]])
+
+    run(spark, lakehouse)
+
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    assert order_ids(spark, silver.location, "quantity") == [4]
+    assert quarantined(spark, lakehouse) == [("k1@0", ["positive_quantity"])]
+
+
+@pytest.mark.parametrize("action", ["warn", "fail"])
+def test_warn_writes_the_duplicate_and_counts_it_fail_writes_nothing_of_the_batch(
+    spark: SparkSession, lakehouse: Lakehouse, action: str
+) -> None:
+    bronze = setup_unique(lakehouse, action=action)
+    write_delta_commits(spark, bronze, [[row("k1", 1, 1)], [row("k2", 1, 2), row("k1", 2, 3)]])
+
+    summary = run(spark, lakehouse, ok=action == "warn")
+
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    if action == "warn":
+        assert order_ids(spark, silver.location) == ["k1", "k1", "k2"]
+        assert summary.counts["rule:unique_order_id"] == 1
+        assert results(spark, lakehouse) == [(0, "unique_order_id", "warn", True, 0),
+                                             (1, "unique_order_id", "warn", False, 1)]
+    else:
+        assert summary.status is RunStatus.FAILED
+        assert "unique_order_id" in (summary.error or "")
+        assert order_ids(spark, silver.location) == ["k1"]  # nothing of batch 1
+
+
+def test_a_batch_replayed_after_its_table_commit_judges_its_keys_as_before_it(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """A driver killed between a batch's table commit and its quarantine's: the replay reads
+    the table as it was before the batch, so its own rows are not taken for duplicates and the
+    one duplicate is quarantined once."""
+    bronze = setup_unique(lakehouse)
+    write_delta_commits(spark, bronze, [[row("a1", 1, 1), row("a2", 1, 1)]])
+    run(spark, lakehouse)
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    quarantine = silver.companion_location("quarantine")
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` ADD CONSTRAINT crash CHECK (_batch_id <> 1)")
+    write_delta_commits(spark, bronze, [[row("b1", 1, 2), row("b2", 1, 2), row("a1", 5, 2)]])
+    failed = run(spark, lakehouse, ok=False)
+    assert failed.status is RunStatus.FAILED
+    assert order_ids(spark, silver.location) == ["a1", "a2", "b1", "b2"]  # committed before
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` DROP CONSTRAINT crash")
+
+    summary = run(spark, lakehouse)
+
+    assert summary.batches == 1  # the replay
+    assert (summary.rows_out, summary.counts["quarantined_rows"]) == (2, 1)
+    assert order_ids(spark, silver.location) == ["a1", "a2", "b1", "b2"]
+    assert quarantined(spark, lakehouse) == [("a1@5", ["unique_order_id"])]
+    assert results(spark, lakehouse) == [(0, "unique_order_id", "quarantine", True, 0),
+                                         (1, "unique_order_id", "quarantine", False, 1)]
+
+
+def test_unique_checks_are_validated_against_the_columns_and_the_mode(
+    lakehouse: Lakehouse
+) -> None:
+    from framework.errors import ConfigValidationError
+
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(
+        columns=[{"name": "order_id"}, {"name": "quantity"}], checks=[{"unique": ["order_ref"]}]))
+    with pytest.raises(ConfigValidationError, match=r"checks\[0\]\.unique.*order_ref"):
+        lakehouse.project()
+
+    lakehouse.add_table("silver", "orders", silver_spec(
+        checks=[{"unique": ["order_id"], "action": "hold"}]))
+    hold = r"checks\[0\]\.action: .*'warn', 'quarantine' or 'fail'; found 'hold'"
+    with pytest.raises(ConfigValidationError, match=hold):
+        lakehouse.project()
+
+    lakehouse.add_table("silver", "orders", silver_spec(
+        mode="upsert", upsert={"keys": ["order_id"], "sequence_by": "event_time"},
+        checks=[{"unique": ["order_id"]}]))
+    with pytest.raises(ConfigValidationError, match="unique checks on a table of mode append"):
+        lakehouse.project()
