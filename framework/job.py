@@ -43,6 +43,7 @@ from framework.checkpoint import (
     last_planned_batch,
     query_id,
 )
+from framework.config.checks import CheckAction
 from framework.config.model import Layer, Table
 from framework.delta import is_delta_table
 from framework.errors import JobError, MedallionError, QueryFailedError, first_line
@@ -61,6 +62,7 @@ from framework.microbatch import (
     record_session,
     stop_orphaned_query,
 )
+from framework.quality import record_results, run_results
 from framework.storage import storage_for
 from framework.text import render_table
 from framework.timeslice import TimeSlice
@@ -314,6 +316,8 @@ class Job(ABC):
         summary.rows_out = summary.counts.pop("rows_out", 0)
         # Spark counts a source's rows once per action: a job reading a batch twice has its own.
         summary.rows_in = summary.counts.pop("rows_in", summary.rows_in)
+        if not interrupted and summary.status is RunStatus.SUCCEEDED:
+            self._check_table(summary)
         if not interrupted:
             self.recorder.wait()
             self._record(summary)
@@ -362,6 +366,32 @@ class Job(ABC):
                         status=BatchStatus.FAILED if failed else BatchStatus.COMMITTED,
                         rows_out=None if failed else summary.rows_out, error=summary.error,
                         operation=self.ctx.operation)]
+
+    def _check_table(self, summary: TableRunSummary) -> None:
+        """Evaluate the spec's checks of the table as the run leaves it (freshness, volume),
+        record them in ``<ops>.quality``, and fail the run on a breached ``fail`` check."""
+        if not self.table.spec.run_checks():
+            return
+        try:
+            results = run_results(self.spark, self.table, rows_out=summary.rows_out,
+                                  run_id=self.ctx.run_id)
+            record_results(self.spark, self.table, results, run_id=self.ctx.run_id)
+        except Exception as exc:
+            summary.status = RunStatus.FAILED
+            summary.error = f"the table's checks could not run: {first_line(exc)}"
+            self.log.error("job.failed", step="checks", error=summary.error)
+            return
+        for r in results:
+            if r.passed:
+                self.log.info("quality.check.passed", check=r.check, found=r.observed)
+                continue
+            event = self.log.error if r.action is CheckAction.FAIL else self.log.warning
+            event("quality.check.failed", check=r.check, kind=r.kind.value,
+                  action=r.action.value, expected=r.threshold, found=r.observed)
+        failing = [r.describe() for r in results if not r.passed
+                   and r.action is CheckAction.FAIL]
+        if failing:
+            summary.status, summary.error = RunStatus.FAILED, "; ".join(failing)
 
     def _record(self, summary: TableRunSummary) -> None:
         """Append the run's rows to the run history; a failure is logged, not raised."""

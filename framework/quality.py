@@ -21,11 +21,12 @@ batch replayed after a crash records its results once.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 
-from pydantic import Field, model_validator
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -37,52 +38,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.config.model import Environment
-from framework.config.types import Identifier, Model
-from framework.delta import create_table, literal_rows
+from framework.config.checks import (
+    CHECK_COLUMN,
+    CheckAction,
+    CheckKind,
+    Freshness,
+    FreshnessBy,
+    Unique,
+    Volume,
+)
+from framework.config.model import Environment, Stored, Table
+from framework.delta import append, create_table, latest_commit, literal_rows
+from framework.eventtime import describe_seconds, interval_seconds
+from framework.history import BatchStatus, RunHistory
 from framework.identifiers import quote_name
-
-# The prefix of a batch's column that marks the rows breaking a check (dropped before writing).
-CHECK_COLUMN = "_check_"
-
-
-class CheckKind(StrEnum):
-    """What a table-level check looks at."""
-
-    UNIQUE = "unique"
-
-
-class CheckAction(StrEnum):
-    """What happens to a row that breaks a table-level check."""
-
-    WARN = "warn"  # written, counted
-    QUARANTINE = "quarantine"  # moved to <table>_quarantine with the check's name
-    FAIL = "fail"  # the query stops before the batch commits
-
-
-class Unique(Model):
-    """Rows of the table have distinct values of ``unique`` (a key of one or more columns);
-    a row whose key has a NULL is not compared, as in SQL."""
-
-    unique: list[Identifier] = Field(min_length=1)
-    action: CheckAction = CheckAction.QUARANTINE
-    name: Identifier | None = None
-
-    @model_validator(mode="after")
-    def _distinct_columns(self) -> Unique:
-        if len(set(self.unique)) != len(self.unique):
-            raise ValueError(f"expected distinct columns in unique, found {self.unique}")
-        return self
-
-    @property
-    def check_name(self) -> str:
-        """The check's name in counts and quarantine rows: ``name``, or ``unique_<columns>``."""
-        return self.name or "unique_" + "_".join(self.unique)
-
-    @property
-    def column(self) -> str:
-        """The batch's column that is true on a row breaking the check."""
-        return CHECK_COLUMN + self.check_name
 
 
 def mark_unique(batch: DataFrame, check: Unique, table: DataFrame | None, *,
@@ -127,11 +96,12 @@ def _rows_in_range(table: DataFrame, batch: DataFrame, keys: list[str]) -> DataF
 QUALITY_SCHEMA = StructType([
     StructField("table", StringType(), False, {"comment": "catalog.schema.table"}),
     StructField("check", StringType(), False, {"comment": "The check's name in its spec"}),
-    StructField("kind", StringType(), False, {"comment": "unique"}),
+    StructField("kind", StringType(), False, {"comment": "unique, freshness or volume"}),
     StructField("action", StringType(), False, {
         "comment": "What a row breaking it gets: warn, quarantine or fail"}),
     StructField("run_id", StringType(), metadata={"comment": "The run"}),
-    StructField("batch_id", LongType(), metadata={"comment": "The micro-batch checked"}),
+    StructField("batch_id", LongType(), metadata={
+        "comment": "The micro-batch checked (null: a check of the table at the run's end)"}),
     StructField("passed", BooleanType(), False, {"comment": "Whether no row broke it"}),
     StructField("rows_affected", LongType(), metadata={"comment": "Rows breaking it"}),
     StructField("threshold", StringType(), metadata={
@@ -165,3 +135,114 @@ def batch_results(spark: SparkSession, table: str, checks: Sequence[Unique],
              broken.get(c.check_name, 0) == 0, broken.get(c.check_name, 0), "0",
              str(broken.get(c.check_name, 0)), now) for c in checks]
     return literal_rows(spark, rows, QUALITY_SCHEMA)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict on a run's table."""
+
+    check: str
+    kind: CheckKind
+    action: CheckAction
+    passed: bool
+    threshold: str
+    observed: str
+    rows_affected: int | None = None
+
+    def describe(self) -> str:
+        return f"check {self.check!r} failed: expected {self.threshold}, found {self.observed}"
+
+
+def run_results(spark: SparkSession, table: Table, *, rows_out: int,
+                run_id: str) -> list[CheckResult]:
+    """The verdicts of the table's run-level checks (freshness, volume) at the end of a run
+    that wrote ``rows_out`` rows."""
+    results = []
+    for check in table.spec.run_checks():
+        if isinstance(check, Freshness):
+            results.append(_freshness(spark, table, check))
+        else:
+            results.append(_volume(spark, table, check, rows_out, run_id))
+    return results
+
+
+def record_results(spark: SparkSession, table: Table, results: Sequence[CheckResult], *,
+                   run_id: str) -> None:
+    """Append a run's verdicts to ``<ops>.quality`` (no batch: they are the run's)."""
+    if not results:
+        return
+    ensure_quality_table(spark, table.env)
+    now = datetime.now(UTC)
+    rows = [(table.full_name, r.check, r.kind.value, r.action.value, run_id, None, r.passed,
+             r.rows_affected, r.threshold, r.observed, now) for r in results]
+    append(literal_rows(spark, rows, QUALITY_SCHEMA), quality_table(table.env)[1])
+
+
+def _freshness(spark: SparkSession, table: Table, check: Freshness) -> CheckResult:
+    if check.by is FreshnessBy.EVENT_TIME:
+        column = table.spec.event_time_column()
+        assert column is not None  # (checked with the config)
+        what = "newest event time"
+        row = spark.table(quote_name(table.full_name)).agg(F.max(column)).first()
+        newest = row[0] if row is not None else None
+    else:
+        what = "last commit"
+        commit = latest_commit(spark, table.location) \
+            if table.spec.stored() is Stored.DELTA else None
+        newest = commit.timestamp if commit is not None else None
+    threshold = f"a {what} at most {check.freshness} old"
+    if newest is None:
+        return CheckResult(check.check_name, CheckKind.FRESHNESS, check.action, False,
+                           threshold, f"no {what} (no rows)")
+    # (PySpark gives a TIMESTAMP as a naive datetime in this process's time zone)
+    age = (datetime.now() - newest).total_seconds()
+    return CheckResult(check.check_name, CheckKind.FRESHNESS, check.action,
+                       age <= interval_seconds(check.freshness), threshold,
+                       f"{what} {newest:%Y-%m-%d %H:%M:%S}, {describe_seconds(max(age, 0))} old")
+
+
+def _volume(spark: SparkSession, table: Table, check: Volume, rows: int,
+            run_id: str) -> CheckResult:
+    bounds = check.volume
+    low, high = bounds.min, bounds.max
+    basis = ""
+    if bounds.recent_runs is not None:
+        median = _recent_median(spark, table, bounds.recent_runs, run_id)
+        if median is None:
+            basis = " (no earlier run wrote rows: no relative bound yet)"
+        else:
+            if bounds.low is not None:
+                low = max(low or 0, math.ceil(bounds.low * median))
+            if bounds.high is not None:
+                cap = math.floor(bounds.high * median)
+                high = cap if high is None else min(high, cap)
+            basis = (f" (the median of the last {bounds.recent_runs} runs writing rows is "
+                     f"{median:g})")
+    if low is not None and high is not None:
+        threshold = f"between {low} and {high} rows written{basis}"
+    elif low is not None:
+        threshold = f"at least {low} rows written{basis}"
+    elif high is not None:
+        threshold = f"at most {high} rows written{basis}"
+    else:
+        threshold = f"any number of rows{basis}"
+    passed = (low is None or rows >= low) and (high is None or rows <= high)
+    return CheckResult(check.check_name, CheckKind.VOLUME, check.action, passed, threshold,
+                       f"{rows} rows written", rows_affected=rows)
+
+
+def _recent_median(spark: SparkSession, table: Table, runs: int,
+                   run_id: str) -> float | None:
+    """The median of the rows written by the table's last ``runs`` runs (before ``run_id``)
+    that wrote any, from the run history; None without one."""
+    history = RunHistory(spark, table.env)
+    if not history.exists():
+        return None
+    per_run = (history.read()
+               .where((F.col("table") == table.full_name) & (F.col("run_id") != run_id)
+                      & (F.col("status") != BatchStatus.FAILED.value))
+               .groupBy("run_id")
+               .agg(F.sum("rows_out").alias("rows"), F.max("recorded_at").alias("at"))
+               .where(F.col("rows") > 0)
+               .orderBy(F.col("at").desc()).limit(runs).collect())
+    return statistics.median(int(r["rows"]) for r in per_run) if per_run else None

@@ -64,7 +64,7 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
         implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
                                     action=Action.QUARANTINE))
     checks = [Expectation(name=c.check_name, rule=f"NOT {quote(c.column)}",
-                          action=Action(c.action.value)) for c in spec.checks]
+                          action=Action(c.action.value)) for c in spec.unique_checks]
     return [*spec.expectations, *implicit, *checks]
 
 
@@ -146,7 +146,7 @@ class BatchWriter:
         log = get_logger(**self.log_context, batch_id=batch_id)
         if isinstance(self.applier, SnapshotApplier):
             batch = self._mark_snapshot_order(batch, batch_id, log)
-        if not self.spec.checks:
+        if not self.spec.unique_checks:
             return self._refine(batch, batch_id, log)
         source = batch.persist()  # the checks read it twice: its keys' range, then its rows
         try:
@@ -189,16 +189,16 @@ class BatchWriter:
         """``batch`` with a column per table-level check marking the rows that break it
         (:mod:`framework.quality`): of the rows sharing a key, one that no row rule rejects is
         kept first, then the earliest in event time."""
-        if not self.spec.checks:
+        if not self.spec.unique_checks:
             return batch
-        checks = {c.check_name for c in self.spec.checks}
+        checks = {c.check_name for c in self.spec.unique_checks}
         quarantined, dropped = self._verdicts(broken, skip=checks)
         rejected = quarantined | dropped
         first = [rejected.asc()]
         if self.spec.event_time:
             first.append(F.col(self.spec.event_time).asc_nulls_last())
         before = self._rows_before(batch.sparkSession, batch_id)
-        for check in self.spec.checks:
+        for check in self.spec.unique_checks:
             batch = mark_unique(batch, check, before, first=first, rejected=rejected)
         return batch
 
@@ -288,8 +288,8 @@ class BatchWriter:
         written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
-        if self.spec.checks:
-            results = batch_results(self.spark, self.table.full_name, self.spec.checks,
+        if self.spec.unique_checks:
+            results = batch_results(self.spark, self.table.full_name, self.spec.unique_checks,
                                     rule_counts, run_id=self.log_context.get("run_id"),
                                     batch_id=batch_id)
             self.commits.append(results, quality_table(self.table.env)[1], batch_id)

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Column, Columns, TimeKind, normal_type, time_kind
+from framework.config.checks import CheckAction, FreshnessBy, RunCheck, TableCheck, Unique
 from framework.config.model import (
     Inputs,
     Layer,
@@ -52,7 +53,6 @@ from framework.config.model import (
 from framework.config.types import Identifier, Model
 from framework.errors import ConfigError
 from framework.eventtime import check_interval, split_commits_advice
-from framework.quality import CheckAction, Unique
 
 # Why a table of full snapshots reads whole upstream commits (see silver.snapshots).
 SPLIT_SNAPSHOTS = ("a file or byte limit can split an upstream commit of several files across "
@@ -232,7 +232,7 @@ class SilverTableSpec(TableSpec):
     transforms: list[str] = Field(default_factory=list)
     event_time: Identifier | None = None
     expectations: list[Expectation] = Field(default_factory=list)
-    checks: list[Unique] = Field(default_factory=list)
+    checks: list[TableCheck] = Field(default_factory=list)
     dedup: Dedup | None = None
     mode: WriteMode = WriteMode.APPEND
     upsert: Upsert | None = None
@@ -297,7 +297,7 @@ class SilverTableSpec(TableSpec):
         for e in self.expectations:
             if e.action is not Action.WARN:
                 parts[f"expectations[{e.name}]"] = f"{e.rule} ({e.action.value})"
-        for check in self.checks:
+        for check in self.unique_checks:
             if check.action is not CheckAction.WARN:
                 parts[f"checks[{check.check_name}]"] = \
                     f"unique {', '.join(check.unique)} ({check.action.value})"
@@ -311,6 +311,17 @@ class SilverTableSpec(TableSpec):
             parts["changes"] = json.dumps(self.changes.model_dump(mode="json", exclude_none=True),
                                           sort_keys=True)
         return parts
+
+    @property
+    def unique_checks(self) -> list[Unique]:
+        """The checks judged per batch (a key unique in the table)."""
+        return [c for c in self.checks if isinstance(c, Unique)]
+
+    def run_checks(self) -> list[RunCheck]:
+        return [c for c in self.checks if not isinstance(c, Unique)]
+
+    def event_time_column(self) -> str | None:
+        return self.event_time
 
     @property
     def changes(self) -> Changes | None:
@@ -393,10 +404,14 @@ class SilverTableSpec(TableSpec):
         if self.dedup and not self.event_time:
             yield ("event_time", "expected event_time with dedup (the watermark needs it), "
                    "found none")
-        if self.checks and self.mode is not WriteMode.APPEND:
-            yield ("checks[0].unique", f"expected unique checks on a table of mode append, "
-                   f"found mode {self.mode.value}, whose rows are one per key of its "
-                   f"{self.mode.value}.keys already")
+        for i, check in enumerate(self.checks):
+            if isinstance(check, Unique) and self.mode is not WriteMode.APPEND:
+                yield (f"checks[{i}].unique", f"expected unique checks on a table of mode "
+                       f"append, found mode {self.mode.value}, whose rows are one per key of "
+                       f"its {self.mode.value}.keys already")
+            elif getattr(check, "by", None) is FreshnessBy.EVENT_TIME and not self.event_time:
+                yield (f"checks[{i}].by", "expected event_time in the spec for a freshness "
+                       "check by event time, found none (or give the check by: commit)")
 
     def _expectation_problems(self) -> Iterator[tuple[str, str]]:
         names = [e.name for e in self.expectations] + [c.check_name for c in self.checks]
@@ -414,7 +429,8 @@ class SilverTableSpec(TableSpec):
                           ("bucket_by", self.bucket_by), ("sort_by", self.sort_by),
                           ("event_time", [self.event_time] if self.event_time else []),
                           ("dedup.keys", self.dedup.keys if self.dedup else []),
-                          *((f"checks[{i}].unique", c.unique) for i, c in enumerate(self.checks))):
+                          *((f"checks[{i}].unique", c.unique) for i, c in enumerate(self.checks)
+                            if isinstance(c, Unique))):
             missing = [c for c in cols if c not in out]
             if missing:
                 yield (key, f"expected columns among the output columns "
@@ -482,7 +498,8 @@ class SilverTableSpec(TableSpec):
                           ("dedup.keys", self.dedup.keys if self.dedup else [])):
             yield from ((key, c) for c in cols)
         for i, check in enumerate(self.checks):
-            yield from ((f"checks[{i}].unique", c) for c in check.unique)
+            if isinstance(check, Unique):
+                yield from ((f"checks[{i}].unique", c) for c in check.unique)
         if self.changes:
             for key, cols in self.changes.named_columns():
                 yield from ((f"{self.mode.value}.{key}", c) for c in cols)

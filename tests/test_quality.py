@@ -198,3 +198,99 @@ def test_unique_checks_are_validated_against_the_columns_and_the_mode(
         checks=[{"unique": ["order_id"]}]))
     with pytest.raises(ConfigValidationError, match="unique checks on a table of mode append"):
         lakehouse.project()
+
+
+# ---------------------------------------------------------------------- checks of a run's table
+def run_results_of(spark: SparkSession, lakehouse: Lakehouse) -> list[tuple[Any, ...]]:
+    """The table's run-level rows of ``<ops>.quality``: (check, kind, passed, observed)."""
+    from framework.quality import quality_table
+
+    table = lakehouse.project().table("orders", Layer.SILVER)
+    rows = spark.read.format("delta").load(quality_table(table.env)[1]) \
+        .where((F.col("table") == table.full_name) & F.col("batch_id").isNull()).collect()
+    return [(r["check"], r["kind"], r["passed"], r["observed"])
+            for r in sorted(rows, key=lambda r: (r["recorded_at"], r["check"]))]
+
+
+def test_a_stale_table_fails_its_run_with_a_fail_freshness_check_and_the_exit_code_says_so(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """Event times four weeks old: the rows are written, then the freshness check fails the
+    table's run (and ``medallion run``'s exit code); a check by commit passes the same run."""
+    from tests.support import cli
+
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time", checks=[
+        {"freshness": "1 day", "action": "fail"},
+        {"freshness": "1 hour", "by": "commit", "name": "written_lately"}]))
+    bronze = lakehouse.project().table("orders", Layer.BRONZE).location
+    write_delta_commits(spark, bronze, [[row("k1", 1, 1), row("k2", 1, 2)]])
+
+    summary = run(spark, lakehouse, ok=False)
+
+    assert summary.status is RunStatus.FAILED and summary.rows_out == 2
+    assert (summary.error or "").startswith(
+        "check 'freshness' failed: expected a newest event time at most 1 day old, found "
+        "newest event time 2026-11-01 08:02:00, "), summary.error
+    silver = lakehouse.project().table("orders", Layer.SILVER)
+    assert order_ids(spark, silver.location) == ["k1", "k2"]  # written all the same
+    (fresh, by_commit) = run_results_of(spark, lakehouse)
+    assert fresh[:3] == ("freshness", "freshness", False)
+    assert by_commit[:3] == ("written_lately", "freshness", True)
+
+    now = datetime.now().replace(microsecond=0)  # (naive, local: as PySpark gives TIMESTAMPs)
+    write_delta_commits(spark, bronze, [[("k3", "c1", 1, now, 0)]])
+    assert cli(lakehouse, "run", "silver") == 0  # fresh again
+    write_delta_commits(spark, bronze, [[("k4", "c1", 1, BASE, 0)]])
+    assert cli(lakehouse, "run", "silver") == 0  # (the newest event time is k3's)
+    lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time", checks=[
+        {"freshness": "1 second", "action": "fail"}]))
+    assert cli(lakehouse, "run", "silver") == 1
+    assert [r[2] for r in run_results_of(spark, lakehouse)] == [
+        False, True, True, True, True, True, False]
+
+
+def test_volume_bounds_absolute_and_against_the_recent_runs(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    lakehouse.add_table("silver", "orders", silver_spec(checks=[
+        {"volume": {"min": 3}, "name": "enough"},
+        {"volume": {"recent_runs": 2, "low": 0.5, "high": 2}, "name": "usual"}]))
+    bronze = lakehouse.project().table("orders", Layer.BRONZE).location
+    for count in (10, 12, 3, 40):
+        write_delta_commits(spark, bronze, [[row(f"r{count}_{i}", 1, i) for i in range(count)]])
+        assert run(spark, lakehouse).rows_out == count  # warn: the runs succeed
+    assert run_results_of(spark, lakehouse) == [
+        ("enough", "volume", True, "10 rows written"),
+        ("usual", "volume", True, "10 rows written"),  # no earlier run: no bound yet
+        ("enough", "volume", True, "12 rows written"),
+        ("usual", "volume", True, "12 rows written"),  # 5..20 (median 10)
+        ("enough", "volume", True, "3 rows written"),
+        ("usual", "volume", False, "3 rows written"),  # 6..22 (median 11)
+        ("enough", "volume", True, "40 rows written"),
+        ("usual", "volume", False, "40 rows written"),  # 4..15 (median of 12 and 3: 7.5)
+    ]
+    thresholds = spark.read.format("delta").load(
+        __import__("framework.quality", fromlist=["quality_table"]).quality_table(
+            lakehouse.project().env)[1]).where(F.col("check") == "usual") \
+        .orderBy("recorded_at").select("threshold").collect()
+    assert thresholds[-1][0] == ("between 4 and 15 rows written (the median of the last 2 "
+                                 "runs writing rows is 7.5)")
+
+
+def test_run_checks_are_validated(lakehouse: Lakehouse) -> None:
+    from framework.errors import ConfigValidationError
+
+    lakehouse.add_table("bronze", "orders", bronze_spec())
+    for checks, message in (
+        ([{"freshness": "1 day"}], r"checks\[0\]\.by: expected event_time in the spec"),
+        ([{"freshness": "a while", "by": "commit"}], r"expected an interval such as"),
+        ([{"volume": {"min": 5, "max": 2}}], r"expected min <= max"),
+        ([{"volume": {"recent_runs": 3}}], r"expected low and/or high"),
+        ([{"volume": {"min": 1}, "action": "quarantine"}], r"expected warn or fail"),
+        ([{"uniqe": ["order_id"]}], r"expected one of the keys unique, freshness or volume"),
+    ):
+        lakehouse.add_table("silver", "orders", silver_spec(checks=checks))
+        with pytest.raises(ConfigValidationError, match=message):
+            lakehouse.project()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Columns
+from framework.config.checks import RunCheck
 from framework.config.secrets import FORMS, SecretRef
 from framework.config.types import AccountName, Identifier, Model, Text
 from framework.errors import SessionError
@@ -372,6 +373,15 @@ class TableSpec(Model):
         """Warnings about a valid configuration that will not do what it is likely meant to (a
         join that cannot prune, say), shown by ``medallion validate``."""
         return []
+
+    def run_checks(self) -> list[RunCheck]:
+        """The checks of the table as a run leaves it (freshness, volume), evaluated at the end
+        of each run (:mod:`framework.quality`); none by default."""
+        return []
+
+    def event_time_column(self) -> str | None:
+        """The column holding each row's event time, if the table has one."""
+        return None
 
     def row_keys(self) -> list[str]:
         """The columns that identify one row of the table, by which ``medallion test`` pairs
