@@ -52,6 +52,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Column, Columns, TimeKind, time_kind
+from framework.config.checks import FreshnessBy, RunCheck, TableCheck, Unique
 from framework.config.model import (
     Inputs,
     Layer,
@@ -258,6 +259,7 @@ class AggregateSpec(GoldSpec):
     output_mode: OutputMode
     partition_by: list[Identifier] = Field(default_factory=list)
     comments: dict[Identifier, str] = Field(default_factory=dict)
+    checks: list[TableCheck] = Field(default_factory=list)
 
     @field_validator("source", mode="before")
     @classmethod
@@ -304,6 +306,14 @@ class AggregateSpec(GoldSpec):
 
     def row_keys(self) -> list[str]:
         return self.merge_keys
+
+    def run_checks(self) -> list[RunCheck]:
+        return [c for c in self.checks if not isinstance(c, Unique)]
+
+    def event_time_column(self) -> str | None:
+        """The end of a row's window (of its period): the newest is the newest event time
+        the table has counted, give or take a window."""
+        return "window_end" if self.window else None
 
     def stale_parts(self) -> dict[str, str]:
         """The source, the event time and its watermark, the window, the grouping and each
@@ -359,6 +369,15 @@ class AggregateSpec(GoldSpec):
             problems.append(ConfigError(message, key=key))
 
         self._unique_columns(problem)
+        for i, c in enumerate(self.checks):
+            if isinstance(c, Unique):
+                problem(f"checks[{i}].unique", "expected freshness or volume checks on a gold "
+                        "aggregate (its rows are one per window and group already), found "
+                        "unique")
+            elif getattr(c, "by", None) is FreshnessBy.EVENT_TIME and self.window is None:
+                problem(f"checks[{i}].by", "expected a window for a freshness check by event "
+                        "time (the newest window's end dates the table), found an aggregate "
+                        "without one: give the check by: commit")
         out = self.output_columns
         for key, cols in (("partition_by", self.partition_by),
                           ("comments", list(self.comments))):

@@ -294,3 +294,39 @@ def test_run_checks_are_validated(lakehouse: Lakehouse) -> None:
         lakehouse.add_table("silver", "orders", silver_spec(checks=checks))
         with pytest.raises(ConfigValidationError, match=message):
             lakehouse.project()
+
+
+def test_a_gold_aggregate_checks_its_freshness_by_window_and_its_volume(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """The newest window of a gold aggregate dates it: windows of four weeks ago fail a
+    one-day freshness; its run wrote its windows all the same. A unique check is refused."""
+    from framework.errors import ConfigValidationError
+    from framework.layers import job_class
+    from framework.quality import quality_table
+    from tests.test_gold import SALES, aggregate_spec, sales_commits, with_silver_orders
+
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        {"type": "tumbling", "duration": "10 minutes"}, checks=[
+            {"freshness": "1 day", "action": "fail"}, {"volume": {"min": 1}}]))
+    commits, _ = sales_commits()
+    write_delta_commits(spark, lakehouse.project().table("orders", Layer.SILVER).location,
+                        commits, SALES)
+    table = lakehouse.project().table("store_sales", Layer.GOLD)
+
+    summary = job_class(table)(spark, table, RunContext()).run()
+
+    assert summary.status is RunStatus.FAILED and summary.rows_out > 0
+    assert (summary.error or "").startswith(
+        "check 'freshness' failed: expected a newest event time at most 1 day old, found "
+        "newest event time 2026-11-01 08:"), summary.error
+    rows = spark.read.format("delta").load(quality_table(table.env)[1]) \
+        .where(F.col("table") == table.full_name).collect()
+    assert sorted((r["check"], r["passed"]) for r in rows) == [
+        ("freshness", False), ("volume", True)]
+
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(
+        {"type": "tumbling", "duration": "10 minutes"}, checks=[{"unique": ["store_id"]}]))
+    with pytest.raises(ConfigValidationError, match="expected freshness or volume checks"):
+        lakehouse.project()
