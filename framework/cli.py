@@ -576,6 +576,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print()
         print_table(["table", "topic", "partition", "committed offset", "latest offset", "lag"],
                     offsets)
+    _print_failing_checks(project, session)
     for r in rows:
         if r.skipped:
             shown = ", ".join(r.skipped[:5]) + (", ..." if len(r.skipped) > 5 else "")
@@ -587,6 +588,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"refresh {open_now.op} is open ({open_now.state.value} since {open_now.at}): "
               f"the next 'medallion run' or 'medallion refresh' completes it")
     return EXIT_OK
+
+
+def _print_failing_checks(project: ProjectConfig, session: Callable[[], SparkSession]) -> None:
+    """The table-level checks whose latest result failed (``<ops>.quality``), if any."""
+    from framework.deltalog import readable
+    from framework.quality import failing_checks
+
+    failing = failing_checks(project.env, None if readable(project.env) else session())
+    if failing:
+        print()
+        print_table(["table", "failing check", "kind", "action", "expected", "found", "at"],
+                    [[f["table"], f["check"], f["kind"], f["action"], f["threshold"],
+                      f["observed"], f["recorded_at"]] for f in failing])
 
 
 def open_operation(project: ProjectConfig, spark: Any) -> Record | None:

@@ -156,3 +156,25 @@ def _deleted(table: DeltaTable) -> int:
         return 0
     vectors: Any = table.deletion_vectors().read_all()
     return sum(keep.count(False) for keep in vectors.column("selection_vector").to_pylist())
+
+
+def query(location: str, env: Environment, sql: str) -> list[dict[str, Any]] | None:
+    """The rows of ``sql`` over the Delta table at ``location`` (named ``t`` in it), read by
+    delta-rs's SQL engine (DataFusion) without a JVM; None when there is no table there."""
+    from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    uri, options = table_uri(location, env)
+    if not scheme_of(uri) and not _has_log(uri):
+        return None
+    try:
+        table = DeltaTable(uri, storage_options=options or None)
+        result = QueryBuilder().register("t", table).execute(sql).read_all()
+    except TableNotFoundError:
+        return None
+    except (DeltaError, OSError) as exc:
+        raise StorageError(f"expected to read the Delta table at {location}, found: "
+                           f"{first_line(exc)}") from exc
+    columns = {name: result.column(name).to_pylist() for name in result.column_names}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(),
+                                                                       strict=True)]

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -38,6 +39,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from framework import deltalog
 from framework.config.checks import (
     CHECK_COLUMN,
     CheckAction,
@@ -48,7 +50,14 @@ from framework.config.checks import (
     Volume,
 )
 from framework.config.model import Environment, Stored, Table
-from framework.delta import append, create_table, latest_commit, literal_rows
+from framework.delta import (
+    append,
+    create_table,
+    is_delta_table,
+    latest_commit,
+    literal_rows,
+    read_table,
+)
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.history import BatchStatus, RunHistory
 from framework.identifiers import quote_name
@@ -246,3 +255,31 @@ def _recent_median(spark: SparkSession, table: Table, runs: int,
                .where(F.col("rows") > 0)
                .orderBy(F.col("at").desc()).limit(runs).collect())
     return statistics.median(int(r["rows"]) for r in per_run) if per_run else None
+
+
+# The latest result of each check of each table, where it did not pass (Spark's SQL and
+# DataFusion's alike).
+_FAILING = ('SELECT "table", "check", kind, action, threshold, observed, '
+            'CAST(recorded_at AS STRING) AS recorded_at FROM (SELECT *, row_number() OVER '
+            '(PARTITION BY "table", "check" ORDER BY recorded_at DESC) AS n FROM t) latest '
+            'WHERE n = 1 AND NOT passed ORDER BY "table", "check"')
+
+
+def failing_checks(env: Environment,
+                   spark: SparkSession | None = None) -> list[dict[str, Any]]:
+    """The checks whose latest result failed, one dict per table and check (the columns of
+    ``<ops>.quality``): read without Spark where the lake's files can be (``spark`` None),
+    else with ``spark``."""
+    _, location = quality_table(env)
+    if spark is None:
+        rows = deltalog.query(location, env, _FAILING) or []
+    elif is_delta_table(spark, location):
+        read_table(spark, location).createOrReplaceTempView("_medallion_quality")
+        text = _FAILING.replace('"table"', "`table`").replace('"check"', "`check`") \
+            .replace(" FROM t)", " FROM _medallion_quality)")
+        rows = [r.asDict() for r in spark.sql(text).collect()]
+    else:
+        rows = []
+    for row in rows:  # (UTC, to the second: each engine writes its own form)
+        row["recorded_at"] = str(row["recorded_at"]).replace("T", " ")[:19]
+    return rows

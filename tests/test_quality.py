@@ -212,8 +212,22 @@ def run_results_of(spark: SparkSession, lakehouse: Lakehouse) -> list[tuple[Any,
             for r in sorted(rows, key=lambda r: (r["recorded_at"], r["check"]))]
 
 
+def failing_in_status(lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """``medallion status``'s lines of failing checks (read without Spark): table, check."""
+    from tests.support import cli
+
+    capsys.readouterr()
+    assert cli(lakehouse, "status") == 0
+    out = capsys.readouterr().out.splitlines()
+    if not any(line.startswith("table") and "failing check" in line for line in out):
+        return []
+    start = next(i for i, line in enumerate(out) if "failing check" in line)
+    return [" ".join(c.strip() for c in line.split("|")[:2]) for line in out[start + 2:]
+            if line.strip() and not line.startswith("(")]
+
+
 def test_a_stale_table_fails_its_run_with_a_fail_freshness_check_and_the_exit_code_says_so(
-    spark: SparkSession, lakehouse: Lakehouse
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Event times four weeks old: the rows are written, then the freshness check fails the
     table's run (and ``medallion run``'s exit code); a check by commit passes the same run."""
@@ -237,10 +251,12 @@ def test_a_stale_table_fails_its_run_with_a_fail_freshness_check_and_the_exit_co
     (fresh, by_commit) = run_results_of(spark, lakehouse)
     assert fresh[:3] == ("freshness", "freshness", False)
     assert by_commit[:3] == ("written_lately", "freshness", True)
+    assert failing_in_status(lakehouse, capsys) == [f"{silver.full_name} freshness"]
 
     now = datetime.now().replace(microsecond=0)  # (naive, local: as PySpark gives TIMESTAMPs)
     write_delta_commits(spark, bronze, [[("k3", "c1", 1, now, 0)]])
     assert cli(lakehouse, "run", "silver") == 0  # fresh again
+    assert failing_in_status(lakehouse, capsys) == []
     write_delta_commits(spark, bronze, [[("k4", "c1", 1, BASE, 0)]])
     assert cli(lakehouse, "run", "silver") == 0  # (the newest event time is k3's)
     lakehouse.add_table("silver", "orders", silver_spec(event_time="event_time", checks=[
@@ -325,6 +341,13 @@ def test_a_gold_aggregate_checks_its_freshness_by_window_and_its_volume(
         .where(F.col("table") == table.full_name).collect()
     assert sorted((r["check"], r["passed"]) for r in rows) == [
         ("freshness", False), ("volume", True)]
+    # what status shows: read without Spark on this lake, with Spark on others, alike
+    from framework.quality import failing_checks
+
+    failing = failing_checks(table.env)
+    assert [(f["table"], f["check"], f["kind"]) for f in failing] == [
+        (table.full_name, "freshness", "freshness")]
+    assert failing_checks(table.env, spark) == failing
 
     lakehouse.add_table("gold", "store_sales", aggregate_spec(
         {"type": "tumbling", "duration": "10 minutes"}, checks=[{"unique": ["store_id"]}]))
