@@ -2,7 +2,8 @@
 
 The figures come from the run history (:mod:`framework.history`, ``<ops>.runs``) over a period
 (``--since``), and from each table's state now (:mod:`framework.status`): rows per batch and
-throughput, quarantine, duplicate and late rates, and state rows over time, the landing backlog
+throughput, quarantine, duplicate and late rates, and state rows over time, each table-level check's
+results (``<ops>.quality``), the landing backlog
 (files and bytes waiting per feed, a Kafka feed's lag), the last failures with their errors, and
 one line per table with its freshness (the time since its last Delta commit).
 
@@ -24,8 +25,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from framework.config.model import ProjectConfig
+from framework.delta import is_delta_table, read_table
 from framework.errors import UsageError
 from framework.history import RunHistory
+from framework.quality import quality_table
 from framework.status import TableStatus, table_status
 from framework.text import period_ms
 
@@ -38,6 +41,7 @@ PLOTS = {
     "late-rate": "Late rate (dropped behind the watermark / rows read)",
     "backlog": "Landing backlog now (files waiting; a Kafka feed: records behind)",
     "state-rows": "Rows in the streaming state",
+    "checks": "Table-level checks (1: failed, 0: passed; hover: what was found)",
 }
 FAILURES_SHOWN = 20
 
@@ -73,9 +77,15 @@ def write_report(spark: SparkSession, project: ProjectConfig, out: Path,
         df = history.read().where(
             F.coalesce("ended_at", "recorded_at") >= F.lit(start))
         rows = [_utc(r.asDict()) for r in df.orderBy("ended_at").collect()]
+    checks: list[dict[str, Any]] = []
+    _, quality = quality_table(project.env)
+    if is_delta_table(spark, quality):
+        start = (now - since).astimezone().replace(tzinfo=None)
+        checks = [_utc(r.asDict()) for r in read_table(spark, quality)
+                  .where(F.col("recorded_at") >= F.lit(start)).orderBy("recorded_at").collect()]
     states = [table_status(spark, t) for t in project.tables]
     page = render(rows, states, now=now, since=since, env=project.env.name,
-                  history_table=history.name)
+                  history_table=history.name, checks=checks)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     batches = [r for r in rows if r["status"] != "failed"]
@@ -90,8 +100,10 @@ def _utc(row: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- page
 def render(rows: Sequence[Mapping[str, Any]], states: Sequence[TableStatus], *, now: datetime,
-           since: timedelta, env: str, history_table: str) -> str:
-    """The page: the plots of ``rows`` (the history's, times in UTC) and of ``states``."""
+           since: timedelta, env: str, history_table: str,
+           checks: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The page: the plots of ``rows`` (the history's, times in UTC), of ``checks`` (the
+    results in ``<ops>.quality``) and of ``states``."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.offline import get_plotlyjs
@@ -113,6 +125,7 @@ def render(rows: Sequence[Mapping[str, Any]], states: Sequence[TableStatus], *, 
         "late-rate": lines(lambda r: _rate(r, "late_dropped"), percent=True),
         "backlog": _backlog(go, states),
         "state-rows": lines(lambda r: r["state_rows"] or None),
+        "checks": _checks(go, checks),
     }
     parts = []
     for plot_id, title in PLOTS.items():
@@ -173,6 +186,23 @@ def _lines(go: Any, rows: Iterable[Mapping[str, Any]], value: Any, colors: Mappi
                                  line={"color": colors.get(table)}))
     if percent:
         fig.update_yaxes(tickformat=".1%")
+    return fig
+
+
+def _checks(go: Any, results: Iterable[Mapping[str, Any]]) -> Any:
+    """One line per table and check: 1 where a result failed, 0 where it passed, over the
+    times they were recorded; hovering a point shows what was found."""
+    fig = go.Figure()
+    by_check: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        by_check.setdefault(f"{r['table']}: {r['check']}", []).append(r)
+    for name, points in sorted(by_check.items()):
+        fig.add_trace(go.Scatter(
+            x=[p["recorded_at"].replace(tzinfo=None) for p in points],
+            y=[0 if p["passed"] else 1 for p in points],
+            text=[f"{p['observed']} (expected {p['threshold']})" for p in points],
+            mode="lines+markers", name=name, line={"shape": "hv"}))
+    fig.update_yaxes(range=[-0.1, 1.1], tickvals=[0, 1], ticktext=["passed", "failed"])
     return fig
 
 

@@ -52,7 +52,8 @@ def _history(spark: SparkSession, lakehouse: Lakehouse) -> None:
     watermark, and a second silver table whose 'fail' rule breaks on the first batch."""
     lakehouse.add_table("bronze", "orders", bronze_spec(max_files_per_trigger=1))
     lakehouse.add_table("silver", "orders", silver_spec(
-        event_time="event_time", dedup={"keys": ["order_id"], "delay": "1 hour"}))
+        event_time="event_time", dedup={"keys": ["order_id"], "delay": "1 hour"},
+        checks=[{"volume": {"min": 1000}, "name": "a_thousand"}]))  # (warned: 90 rows)
     lakehouse.add_table("silver", "big_orders", {
         "description": "orders of 5 or more", "source": {"table": "orders"},
         "expectations": [{"name": "small", "rule": "quantity < 5", "action": "fail"}]})
@@ -117,6 +118,8 @@ def test_the_report_renders_every_plot_with_data_in_a_real_browser(
         assert by_id[plot]["drawn"] > 0 and by_id[plot]["in_range"], by_id[plot]
     assert by_id["duplicate-rate"]["traces"] == 1  # silver orders' dedup
     assert by_id["state-rows"]["traces"] == 1  # and its state
+    assert (by_id["checks"]["traces"], by_id["checks"]["points"]) == (1, 1)  # its one check
+    assert by_id["checks"]["drawn"] > 0 and by_id["checks"]["in_range"], by_id["checks"]
     names = [f"spark_catalog.{lakehouse.schemas[layer]}.{name}"
              for layer, name in (("bronze", "orders"), ("silver", "orders"),
                                  ("silver", "big_orders"))]
