@@ -113,6 +113,26 @@ def test_silver_dedup_within_the_watermark_across_two_batches(
                                  "0 passed, 1 failed"])
 
 
+def test_silver_a_unique_check_quarantines_a_key_the_table_has(
+        lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table-level check runs in a case as in a run: o1 sent again in a later batch, with
+    no dedup, is quarantined by the unique check; as a warning it is written twice."""
+    with_orders(lakehouse, source="orders", checks=[{"unique": ["order_id"]}])
+    write_case(lakehouse, "silver.orders", "sent_again", {
+        "input-1.jsonl": [order("o1", 2, minute=0), order("o2", 3, minute=1)],
+        "input-2.jsonl": [order("o1", 9, minute=5), order("o3", 1, minute=6)],
+        "expected.jsonl": [{"order_id": "o1", "quantity": 2}, {"order_id": "o2", "quantity": 3},
+                           {"order_id": "o3", "quantity": 1}],
+        "quarantine.jsonl": [{"_failed_rules": ["unique_order_id"]}]})
+    code, lines = medallion_test(lakehouse, capsys, "silver.orders")
+    assert (code, lines) == (0, ["PASS silver.orders/sent_again (3 rows, 1 quarantined)",
+                                 "1 passed, 0 failed"])
+
+    with_orders(lakehouse, source="orders", checks=[{"unique": ["order_id"], "action": "warn"}])
+    code, lines = medallion_test(lakehouse, capsys, "silver.orders")
+    assert code == 1 and "  extra: order_id=o1, quantity=9" in lines, lines
+
+
 def test_silver_scd2_closes_a_version_when_a_tracked_column_changes(
         lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]) -> None:
     customers = "customer_id STRING, segment STRING, updated_at TIMESTAMP"
