@@ -3,15 +3,15 @@
 against the same job without the check.
 
 A silver table (append mode) holds ``--table-rows`` orders before the run (order ids growing
-with time, ``o0000000000``...; written by ``spark.range`` in commits of one file of at most a
-million rows each, sorted by the key, so Delta's file statistics tell which files can hold a
-batch's keys). An upstream (bronze-like) Delta table gets ``--batches`` commits of
-``--batch-rows`` rows each (one file per commit: one micro-batch per commit with
-``max_files_per_trigger: 1``): new order ids following the table's, about 1% of ids already in
-the table (re-sent from the batch before, or from the table's newest rows for the first batch)
-and about 0.5% of ids twice in the batch (the copy an hour later in event time). Three sides,
-each on its own copy of the pre-filled table (the folder copied), read the same upstream
-commits:
+with time, ``o0000000000``...; written by ``spark.range`` in commits of one file each, a
+million rows at most and ten commits at least, sorted by the key, so Delta's file statistics
+tell which files can hold a batch's keys). An upstream (bronze-like) Delta table gets
+``--batches`` commits of ``--batch-rows`` rows each (one file per commit: one micro-batch per
+commit with ``max_files_per_trigger: 1``): new order ids following the table's, about 1% of
+ids already in the table (re-sent from the batch before, or from the table's newest rows for
+the first batch) and about 0.5% of ids twice in the batch (the copy an hour later in event
+time). Three sides, each on its own copy of the pre-filled table (the folder copied), read the
+same upstream commits:
 
 - ``framework unique``: :class:`~silver.job.SilverJob`, ``checks: [{unique: [order_id]}]``
   (quarantine): each batch reads the table at its current Delta version within the batch's
@@ -67,9 +67,16 @@ SCHEMA = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAM
 COLUMNS = ["order_id", "customer_id", "quantity", "event_time"]
 CHECK = "unique_order_id"
 FILE_ROWS = 1_000_000  # the most rows of one pre-fill commit (one file)
+MIN_FILES = 10  # the fewest pre-fill commits, whatever the table's size
 AGAIN_SHARE = 0.01  # ids of a batch already in the table
 TWICE_SHARE = 0.005  # ids twice in a batch
 WARM_TABLE, WARM_ROWS, WARM_BATCHES = 20_000, 1_000, 2
+
+
+def struct(ddl: str) -> StructType:
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    return schema
 
 
 def orders(ids: DataFrame, *, seconds: Column | None = None, quantity: Column | None = None
@@ -90,13 +97,12 @@ def prefill(spark: SparkSession, location: str, rows: int) -> int:
     """The table at ``location``: ``rows`` orders in commits of one file each, sorted by key;
     returns the number of commits."""
     DeltaTable.createIfNotExists(spark).location(location) \
-        .addColumns(StructType.fromDDL(SCHEMA)).execute()
-    commits = 0
-    for start in range(0, rows, FILE_ROWS):
-        orders(spark.range(start, min(rows, start + FILE_ROWS), numPartitions=1)) \
+        .addColumns(struct(SCHEMA)).execute()
+    step = min(FILE_ROWS, -(-rows // MIN_FILES))
+    for start in range(0, rows, step):
+        orders(spark.range(start, min(rows, start + step), numPartitions=1)) \
             .write.format("delta").mode("append").save(location)
-        commits += 1
-    return commits
+    return len(range(0, rows, step))
 
 
 def batch_sizes(rows: int) -> tuple[int, int, int]:
@@ -144,7 +150,7 @@ def hand_unique(spark: SparkSession, side: HandSide, upstream: str
     """The check by hand: the table's keys in the batch's range at its current version, a left
     join and a row number within the batch; good and quarantined rows appended exactly once."""
     quarantine = str(side.out / "quarantine")
-    DeltaTable.createIfNotExists(spark).location(quarantine).addColumns(StructType.fromDDL(
+    DeltaTable.createIfNotExists(spark).location(quarantine).addColumns(struct(
         "_row STRING, _failed_rules ARRAY<STRING>, _batch_id BIGINT, _quarantined_at TIMESTAMP"
     )).execute()
     stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(upstream) \
@@ -225,7 +231,6 @@ def main() -> None:
         lake.write(f"tables/silver/plain{tag}.yaml", base)
     project = lake.project()
 
-    started = time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}
     quarantine_counts: dict[str, int] = {}
     table_counts: dict[str, int] = {}
@@ -233,6 +238,7 @@ def main() -> None:
             ("_warm", "warm", WARM_TABLE, WARM_ROWS, WARM_BATCHES),
             ("", "orders", args.table_rows, args.batch_rows, args.batches)):
         seed = str(lake.work / f"seed{tag}")
+        started = time.perf_counter()
         commits = prefill(spark, seed, table_rows)
         upstream = project.table(source, Layer.BRONZE).location
         expected = build_upstream(spark, upstream, table_rows, batch_rows, batches)
