@@ -33,7 +33,8 @@ same quarantined rows (order id and quantity), all of them the ones the data was
 
     python bench/quality.py [--table-rows 10000000] [--batch-rows 100000] [--batches 5]
 
-The last line is one JSON object: ``framework_unique_s``, ``hand_unique_s``,
+It prints the framework's per-step medians (milliseconds per batch, from ``ops.runs``'s
+``durations_ms``). The last line is one JSON object: ``framework_unique_s``, ``hand_unique_s``,
 ``framework_no_check_s`` (seconds per batch), ``check_cost_s`` = framework unique - no check,
 ``ratio`` = hand-written / framework seconds per batch with the check (1 or more: the
 framework costs nothing over the hand-written query), the rows each side quarantined.
@@ -254,14 +255,19 @@ def main() -> None:
                  "framework no check": f"plain{tag}"}
         line = []
         for name, silver in sides.items():
-            elapsed, between = hand_unique(spark, hand, upstream) if silver is None else \
-                framework_side(spark, lake, Layer.SILVER, silver, SilverJob)[:2]
+            steps: dict[str, list[int]] = {}
+            if silver is None:
+                elapsed, between = hand_unique(spark, hand, upstream)
+            else:
+                elapsed, between, steps, _ = framework_side(spark, lake, Layer.SILVER, silver,
+                                                            SilverJob)
             if len(between) != batches - 1:
                 raise SystemExit(f"expected {batches} batches of {name}, found "
                                  f"{len(between) + 1}")
             line.append(f"{name} {elapsed:.1f}s ({statistics.median(between):.2f}s/batch)")
             if not tag:
-                runs[name] = {"elapsed": elapsed, "gaps": between}
+                runs[name] = {"elapsed": elapsed, "gaps": between, "steps": {
+                    step: statistics.median(ms) for step, ms in sorted(steps.items())}}
         print(("warm-up: " if tag else "run: ") + ", ".join(line), flush=True)
 
         unique = project.table(f"unique{tag}", Layer.SILVER)
@@ -292,6 +298,10 @@ def main() -> None:
     median = {name: round(statistics.median(r["gaps"]), 3) for name, r in runs.items()}
     for name, seconds in median.items():
         print(f"{name:20s} {seconds:.3f} s per batch")
+    for name, r in runs.items():
+        if r["steps"]:  # (the framework's, from ops.runs)
+            print(f"{name} steps (median ms per batch): "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in r["steps"].items()))
     spark.stop()
     shutil.rmtree(lake.work, ignore_errors=True)
     print(json.dumps({
@@ -304,6 +314,7 @@ def main() -> None:
         "ratio": round(median["hand unique"] / median["framework unique"], 3),
         "quarantined": quarantine_counts, "table_rows_after": table_counts,
         "seconds": {name: round(r["elapsed"], 1) for name, r in runs.items()},
+        "framework_steps_ms": {name: r["steps"] for name, r in runs.items() if r["steps"]},
         "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}))
 
 
