@@ -234,16 +234,19 @@ def optimize(spark: SparkSession, name: str, zorder_by: Sequence[str] = ()) -> d
 
 
 def append(df: DataFrame, location: str, writer_id: str | None = None,
-           batch_id: int | None = None) -> None:
+           batch_id: int | None = None, note: str | None = None) -> None:
     """Append ``df`` to the Delta table at ``location`` in one commit; with ``writer_id``,
-    tagged ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit` finds it.
+    tagged ``<writer_id>:<batch_id>`` in its user metadata, by which :func:`batch_commit` finds it
+    (followed by `` <note>``, a word without spaces, when given: what the batch decided by, read
+    back by :func:`batch_commit_note` when it is replayed).
 
     Delta's idempotent-write options (``txnAppId``/``txnVersion``) are not used: in Delta 4.4
     their lookup rebuilds the table's state from its log on every append. A writer that may
     replay a batch asks :func:`batch_commit` first (see :meth:`BatchCommits.written_before`)."""
     writer = df.write.format("delta").mode("append")
     if writer_id is not None:
-        writer = writer.option("userMetadata", f"{writer_id}:{batch_id}")
+        tag = f"{writer_id}:{batch_id}" + (f" {note}" if note else "")
+        writer = writer.option("userMetadata", tag)
     writer.save(location)
 
 
@@ -280,13 +283,29 @@ def batch_commit(spark: SparkSession, location: str, writer_id: str, batch_id: i
     A writer's batches commit in order, so the history is read from the newest commit back only
     until this batch's commit, or one of an earlier batch of the same writer, shows up: a page
     for a batch just written, more only when other writers committed since."""
+    found = _tagged_commit(spark, location, writer_id, batch_id, page)
+    return found[0] if found is not None else None
+
+
+def batch_commit_note(spark: SparkSession, location: str, writer_id: str,
+                      batch_id: int) -> str | None:
+    """The note ``writer_id``'s commit of ``batch_id`` at ``location`` carries (see
+    :func:`append`); None without that commit or without a note."""
+    found = _tagged_commit(spark, location, writer_id, batch_id)
+    return found[1] if found is not None else None
+
+
+def _tagged_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,
+                   page: int = 10) -> tuple[int, str | None] | None:
+    """(version, note) of the commit :func:`batch_commit` looks for, or None."""
     limit = page
     while True:
         rows = history(spark, location, limit).select("version", "userMetadata").collect()
         for row in sorted(rows, key=lambda r: -r["version"]):
-            writer, _, batch = (row["userMetadata"] or "").rpartition(":")
+            tag, _, note = (row["userMetadata"] or "").partition(" ")
+            writer, _, batch = tag.rpartition(":")
             if writer == writer_id and batch.isdigit() and int(batch) <= batch_id:
-                return int(row["version"]) if int(batch) == batch_id else None
+                return (int(row["version"]), note or None) if int(batch) == batch_id else None
         if len(rows) < limit:  # the whole history is read
             return None
         limit *= 4
@@ -328,13 +347,21 @@ class BatchCommits:
             self._versions[key] = version
         return self._versions[key]
 
+    def note(self, location: str, batch_id: int) -> str | None:
+        """The note this batch's commit at ``location`` carries, for a replayable batch that
+        made it before a restart (see :func:`append`); None otherwise."""
+        if batch_id not in self.replayable:
+            return None
+        return batch_commit_note(self.spark, location, self._writer(), batch_id)
+
     def append(self, df: DataFrame, location: str, batch_id: int, *,
-               checked: bool = False) -> None:
+               checked: bool = False, note: str | None = None) -> None:
         """Append ``df`` at ``location`` as this batch's one commit, unless it was appended
-        before a restart (``checked``: the caller already asked :meth:`written_before`)."""
+        before a restart (``checked``: the caller already asked :meth:`written_before`);
+        ``note``: a word the commit carries (see :func:`append`)."""
         if not checked and self.written_before(location, batch_id):
             return
-        append(df, location, self._writer(), batch_id)
+        append(df, location, self._writer(), batch_id, note)
 
     def _writer(self) -> str:
         if self.writer_id is None:

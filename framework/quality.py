@@ -42,10 +42,12 @@ from pyspark.sql.types import (
 from framework import deltalog
 from framework.config.checks import (
     CHECK_COLUMN,
+    BatchCheck,
     CheckAction,
     CheckKind,
     Freshness,
     FreshnessBy,
+    References,
     Unique,
     Volume,
 )
@@ -87,6 +89,23 @@ def mark_unique(batch: DataFrame, check: Unique, table: DataFrame | None, *,
         .drop(seen).select(*marked.columns)
 
 
+def mark_references(batch: DataFrame, check: References, keys: DataFrame | None, *,
+                    rejected: Column) -> DataFrame:
+    """``batch`` with ``check.column``: true on a row whose ``references.column`` is not NULL
+    and not among ``keys`` (the referenced table's key column, as the batch found the table;
+    None: no table there yet, no key); never on a row ``rejected`` already."""
+    column = check.references.column
+    seen = "_check_seen"
+    marked = batch.withColumn(check.column, ~rejected & F.col(column).isNotNull())
+    if keys is None:
+        return marked
+    known = keys.select(F.col(check.references.target_key).alias(column)).distinct() \
+        .withColumn(seen, F.lit(True))
+    joined = marked.join(known, on=column, how="left")
+    return joined.withColumn(check.column, F.col(check.column) & F.col(seen).isNull()) \
+        .drop(seen).select(*marked.columns)
+
+
 def _rows_in_range(table: DataFrame, batch: DataFrame, keys: list[str]) -> DataFrame:
     """``table``'s rows within the batch's range of each key column: a filter Delta answers
     from its files' statistics before reading them."""
@@ -105,7 +124,8 @@ def _rows_in_range(table: DataFrame, batch: DataFrame, keys: list[str]) -> DataF
 QUALITY_SCHEMA = StructType([
     StructField("table", StringType(), False, {"comment": "catalog.schema.table"}),
     StructField("check", StringType(), False, {"comment": "The check's name in its spec"}),
-    StructField("kind", StringType(), False, {"comment": "unique, freshness or volume"}),
+    StructField("kind", StringType(), False, {
+        "comment": "unique, references, freshness or volume"}),
     StructField("action", StringType(), False, {
         "comment": "What a row breaking it gets: warn, quarantine or fail"}),
     StructField("run_id", StringType(), metadata={"comment": "The run"}),
@@ -134,13 +154,13 @@ def ensure_quality_table(spark: SparkSession, env: Environment) -> None:
                          "and the rows that broke it")
 
 
-def batch_results(spark: SparkSession, table: str, checks: Sequence[Unique],
+def batch_results(spark: SparkSession, table: str, checks: Sequence[BatchCheck],
                   broken: Mapping[str, int], *, run_id: str | None,
                   batch_id: int) -> DataFrame:
     """The rows of ``checks``' results for one batch (``broken``: rows breaking each, by
     check name)."""
     now = datetime.now(UTC)
-    rows = [(table, c.check_name, CheckKind.UNIQUE.value, c.action.value, run_id, batch_id,
+    rows = [(table, c.check_name, c.kind.value, c.action.value, run_id, batch_id,
              broken.get(c.check_name, 0) == 0, broken.get(c.check_name, 0), "0",
              str(broken.get(c.check_name, 0)), now) for c in checks]
     return literal_rows(spark, rows, QUALITY_SCHEMA)

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Column, Columns, TimeKind, time_kind
-from framework.config.checks import FreshnessBy, RunCheck, TableCheck, Unique
+from framework.config.checks import Freshness, FreshnessBy, RunCheck, TableCheck, Volume
 from framework.config.model import (
     Inputs,
     Layer,
@@ -308,7 +308,7 @@ class AggregateSpec(GoldSpec):
         return self.merge_keys
 
     def run_checks(self) -> list[RunCheck]:
-        return [c for c in self.checks if not isinstance(c, Unique)]
+        return [c for c in self.checks if isinstance(c, Freshness | Volume)]
 
     def event_time_column(self) -> str | None:
         """The end of a row's window (of its period): the newest is the newest event time
@@ -370,10 +370,10 @@ class AggregateSpec(GoldSpec):
 
         self._unique_columns(problem)
         for i, c in enumerate(self.checks):
-            if isinstance(c, Unique):
-                problem(f"checks[{i}].unique", "expected freshness or volume checks on a gold "
-                        "aggregate (its rows are one per window and group already), found "
-                        "unique")
+            if not isinstance(c, Freshness | Volume):
+                problem(f"checks[{i}].{c.kind.value}", "expected freshness or volume checks "
+                        "on a gold aggregate (its rows are one per window and group, computed "
+                        f"from its source's), found {c.kind.value}")
             elif getattr(c, "by", None) is FreshnessBy.EVENT_TIME and self.window is None:
                 problem(f"checks[{i}].by", "expected a window for a freshness check by event "
                         "time (the newest window's end dates the table), found an aggregate "

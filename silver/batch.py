@@ -29,20 +29,24 @@ from pyspark.sql.types import (
 )
 
 from framework.changes import ChangeApplier, KeyedChanges
+from framework.config.checks import References, Unique
 from framework.config.model import Table
-from framework.delta import latest_commit, read_table
+from framework.delta import is_delta_table, latest_commit, read_table
 from framework.errors import BatchFailedError
 from framework.eventtime import describe_seconds, interval_seconds
 from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
 from framework.microbatch import Outcome, TableBatches, batch_commits
-from framework.quality import batch_results, mark_unique, quality_table
+from framework.quality import batch_results, mark_references, mark_unique, quality_table
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import Action, Expectation, Scd2, SilverTableSpec, TableFormat, WriteMode
 
 CAST_ERRORS = "_cast_errors"
 USER_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.+?)(?: SQLSTATE|$)", re.MULTILINE)
 BATCH_ID = "_batch_id"
+# The start of the note a batch's commit carries: the versions of the tables its references
+# checks read (``<check>@<version>``, ``-`` for none), for a replay to read them again.
+REFERENCED = "refs="
 QUARANTINE_SCHEMA = StructType([
     StructField("_row", StringType()),
     StructField("_failed_rules", ArrayType(StringType())),
@@ -64,7 +68,7 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
         implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
                                     action=Action.QUARANTINE))
     checks = [Expectation(name=c.check_name, rule=f"NOT {quote(c.column)}",
-                          action=Action(c.action.value)) for c in spec.unique_checks]
+                          action=Action(c.action.value)) for c in spec.batch_checks]
     return [*spec.expectations, *implicit, *checks]
 
 
@@ -126,6 +130,7 @@ class BatchWriter:
         self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
         self.commits = batch_commits(batches.table, batches.replayable, spark)
         self.spark = spark
+        self.note: str | None = None  # what the batch's commit notes (REFERENCED)
 
     def write(self, batch: DataFrame, batch_id: int) -> Refined:
         try:
@@ -146,7 +151,7 @@ class BatchWriter:
         log = get_logger(**self.log_context, batch_id=batch_id)
         if isinstance(self.applier, SnapshotApplier):
             batch = self._mark_snapshot_order(batch, batch_id, log)
-        if not self.spec.unique_checks:
+        if not any(isinstance(c, Unique) for c in self.spec.batch_checks):
             return self._refine(batch, batch_id, log)
         source = batch.persist()  # the checks read it twice: its keys' range, then its rows
         try:
@@ -189,18 +194,50 @@ class BatchWriter:
         """``batch`` with a column per table-level check marking the rows that break it
         (:mod:`framework.quality`): of the rows sharing a key, one that no row rule rejects is
         kept first, then the earliest in event time."""
-        if not self.spec.unique_checks:
+        self.note = None
+        checks = self.spec.batch_checks
+        if not checks:
             return batch
-        checks = {c.check_name for c in self.spec.unique_checks}
-        quarantined, dropped = self._verdicts(broken, skip=checks)
+        quarantined, dropped = self._verdicts(broken, skip={c.check_name for c in checks})
         rejected = quarantined | dropped
         first = [rejected.asc()]
         if self.spec.event_time:
             first.append(F.col(self.spec.event_time).asc_nulls_last())
-        before = self._rows_before(batch.sparkSession, batch_id)
-        for check in self.spec.unique_checks:
-            batch = mark_unique(batch, check, before, first=first, rejected=rejected)
+        unique = [c for c in checks if isinstance(c, Unique)]
+        if unique:
+            before = self._rows_before(batch.sparkSession, batch_id)
+            for check in unique:
+                batch = mark_unique(batch, check, before, first=first, rejected=rejected)
+        if self.spec.references:
+            versions = self._referenced_versions(batch.sparkSession, batch_id)
+            for ref in self.spec.references:
+                location, version = self._referenced(ref), versions[ref.check_name]
+                keys = None if version is None else \
+                    read_table(batch.sparkSession, location, version=version)
+                batch = mark_references(batch, ref, keys, rejected=rejected)
+            self.note = REFERENCED + ",".join(
+                f"{name}@{'-' if v is None else v}" for name, v in sorted(versions.items()))
         return batch
+
+    def _referenced(self, check: References) -> str:
+        ref = check.references
+        return self.table.env.path("tables", ref.layer, ref.table)
+
+    def _referenced_versions(self, spark: SparkSession, batch_id: int) -> dict[str, int | None]:
+        """The version of each referenced table this batch judges its rows by (None: no table
+        there): those its first run found, for a replayed batch that committed its rows (in
+        its commit's note), else the current ones; so a replay decides as its first run did,
+        whatever the other table received since."""
+        note = self.commits.note(self.table.location, batch_id) or ""
+        if note.startswith(REFERENCED):
+            return {name: None if v == "-" else int(v) for name, _, v in (
+                part.partition("@") for part in note.removeprefix(REFERENCED).split(","))}
+        versions: dict[str, int | None] = {}
+        for check in self.spec.references:
+            location = self._referenced(check)
+            commit = latest_commit(spark, location) if is_delta_table(spark, location) else None
+            versions[check.check_name] = commit.version if commit is not None else None
+        return versions
 
     def _rows_before(self, spark: SparkSession, batch_id: int) -> DataFrame:
         """The table's rows before this batch, at a fixed version (the batch's own writes
@@ -288,8 +325,8 @@ class BatchWriter:
         written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
-        if self.spec.unique_checks:
-            results = batch_results(self.spark, self.table.full_name, self.spec.unique_checks,
+        if self.spec.batch_checks:
+            results = batch_results(self.spark, self.table.full_name, self.spec.batch_checks,
                                     rule_counts, run_id=self.log_context.get("run_id"),
                                     batch_id=batch_id)
             self.commits.append(results, quality_table(self.table.env)[1], batch_id)
@@ -356,4 +393,4 @@ class BatchWriter:
                 truncated=truncated)
             log.debug("silver.batch.changes_applied", **figures)
         else:
-            self.commits.append(df, self.table.location, batch_id)
+            self.commits.append(df, self.table.location, batch_id, note=self.note)

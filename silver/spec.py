@@ -37,7 +37,17 @@ from typing import Any, ClassVar
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Column, Columns, TimeKind, normal_type, time_kind
-from framework.config.checks import CheckAction, FreshnessBy, RunCheck, TableCheck, Unique
+from framework.config.checks import (
+    BatchCheck,
+    CheckAction,
+    Freshness,
+    FreshnessBy,
+    References,
+    RunCheck,
+    TableCheck,
+    Unique,
+    Volume,
+)
 from framework.config.model import (
     Inputs,
     Layer,
@@ -259,7 +269,10 @@ class SilverTableSpec(TableSpec):
         return value
 
     def upstream(self) -> list[tuple[Layer, str]]:
-        return [(self.source.layer, self.source.table)]
+        """Its source, and the tables its references name (run first, so that a batch finds
+        the keys a run brings them)."""
+        return [(self.source.layer, self.source.table),
+                *((Layer(c.references.layer), c.references.table) for c in self.references)]
 
     def stored(self) -> Stored:
         return Stored.PARQUET if self.format is TableFormat.PARQUET else Stored.DELTA
@@ -297,10 +310,11 @@ class SilverTableSpec(TableSpec):
         for e in self.expectations:
             if e.action is not Action.WARN:
                 parts[f"expectations[{e.name}]"] = f"{e.rule} ({e.action.value})"
-        for check in self.unique_checks:
+        for check in self.batch_checks:
             if check.action is not CheckAction.WARN:
-                parts[f"checks[{check.check_name}]"] = \
-                    f"unique {', '.join(check.unique)} ({check.action.value})"
+                what = f"unique {', '.join(check.unique)}" if isinstance(check, Unique) else \
+                    f"references {check.references.model_dump_json(exclude_none=True)}"
+                parts[f"checks[{check.check_name}]"] = f"{what} ({check.action.value})"
         if self.transforms:
             parts["transforms"] = ", ".join(self.transforms)
         if self.event_time:
@@ -313,12 +327,16 @@ class SilverTableSpec(TableSpec):
         return parts
 
     @property
-    def unique_checks(self) -> list[Unique]:
-        """The checks judged per batch (a key unique in the table)."""
-        return [c for c in self.checks if isinstance(c, Unique)]
+    def batch_checks(self) -> list[BatchCheck]:
+        """The checks judged per batch: a key unique in the table, a key of another table."""
+        return [c for c in self.checks if isinstance(c, Unique | References)]
 
     def run_checks(self) -> list[RunCheck]:
-        return [c for c in self.checks if not isinstance(c, Unique)]
+        return [c for c in self.checks if isinstance(c, Freshness | Volume)]
+
+    @property
+    def references(self) -> list[References]:
+        return [c for c in self.checks if isinstance(c, References)]
 
     def event_time_column(self) -> str | None:
         return self.event_time
@@ -409,6 +427,11 @@ class SilverTableSpec(TableSpec):
                 yield (f"checks[{i}].unique", f"expected unique checks on a table of mode "
                        f"append, found mode {self.mode.value}, whose rows are one per key of "
                        f"its {self.mode.value}.keys already")
+            elif isinstance(check, References) and (self.mode is not WriteMode.APPEND
+                                                    or self.format is not TableFormat.DELTA):
+                yield (f"checks[{i}].references", f"expected references checks on a Delta "
+                       f"table of mode append, found a {self.format.value} table of mode "
+                       f"{self.mode.value}")
             elif getattr(check, "by", None) is FreshnessBy.EVENT_TIME and not self.event_time:
                 yield (f"checks[{i}].by", "expected event_time in the spec for a freshness "
                        "check by event time, found none (or give the check by: commit)")
@@ -430,7 +453,9 @@ class SilverTableSpec(TableSpec):
                           ("event_time", [self.event_time] if self.event_time else []),
                           ("dedup.keys", self.dedup.keys if self.dedup else []),
                           *((f"checks[{i}].unique", c.unique) for i, c in enumerate(self.checks)
-                            if isinstance(c, Unique))):
+                            if isinstance(c, Unique)),
+                          *((f"checks[{i}].references.column", [c.references.column])
+                            for i, c in enumerate(self.checks) if isinstance(c, References))):
             missing = [c for c in cols if c not in out]
             if missing:
                 yield (key, f"expected columns among the output columns "
@@ -488,6 +513,14 @@ class SilverTableSpec(TableSpec):
             if not self.columns and source is not None:
                 problems += [_source_only(source, key, name) for key, name in self._named()]
             problems.append(self._event_time_problem(rows))
+        for i, check in enumerate(self.checks):  # the key of the table a check references
+            if isinstance(check, References):
+                ref = check.references
+                target = inputs.get((Layer(ref.layer), ref.table))
+                if target is not None:
+                    key = "key" if ref.key else "column"
+                    problems.append(target.missing(f"checks[{i}].references.{key}",
+                                                   ref.target_key))
         return [p for p in problems if p is not None]
 
     def _named(self) -> Iterator[tuple[str, str]]:
@@ -500,6 +533,8 @@ class SilverTableSpec(TableSpec):
         for i, check in enumerate(self.checks):
             if isinstance(check, Unique):
                 yield from ((f"checks[{i}].unique", c) for c in check.unique)
+            elif isinstance(check, References):
+                yield (f"checks[{i}].references.column", check.references.column)
         if self.changes:
             for key, cols in self.changes.named_columns():
                 yield from ((f"{self.mode.value}.{key}", c) for c in cols)

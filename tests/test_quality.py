@@ -3,6 +3,8 @@ brings a row again."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -353,3 +355,106 @@ def test_a_gold_aggregate_checks_its_freshness_by_window_and_its_volume(
         {"type": "tumbling", "duration": "10 minutes"}, checks=[{"unique": ["store_id"]}]))
     with pytest.raises(ConfigValidationError, match="expected freshness or volume checks"):
         lakehouse.project()
+
+
+# ---------------------------------------------------------------------- references
+SALES = "order_id STRING, store_id STRING, amount INT, event_time TIMESTAMP"
+
+
+def with_stores_and_sales(spark: SparkSession, lakehouse: Lakehouse, stores: list[str],
+                          action: str = "quarantine") -> tuple[str, str]:
+    """silver.sales referencing silver.stores (written here, as its run would); the
+    locations of bronze.sales and silver.stores."""
+    lakehouse.add_table("bronze", "stores", bronze_spec(schema="store_id STRING, name STRING",
+                                                        path="landing/stores"))
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("bronze", "sales", bronze_spec(schema=SALES, path="landing/sales"))
+    lakehouse.add_table("silver", "sales", {"source": {"table": "sales",
+                                                       "max_files_per_trigger": 1},
+                                            "checks": [{"references": {
+                                                "column": "store_id", "table": "stores"},
+                                                "action": action}]})
+    project = lakehouse.project()
+    dims = project.table("stores", Layer.SILVER).location
+    write_delta_commits(spark, dims, [[(s, f"store {s}") for s in stores]],
+                        "store_id STRING, name STRING")
+    return project.table("sales", Layer.BRONZE).location, dims
+
+
+def sale(order_id: str, store: str | None) -> tuple[Any, ...]:
+    return (order_id, store, 10, BASE)
+
+
+def run_sales(spark: SparkSession, lakehouse: Lakehouse, ok: bool = True) -> TableRunSummary:
+    summary = SilverJob(spark, lakehouse.project().table("sales", Layer.SILVER),
+                        RunContext()).run()
+    if ok:
+        assert summary.status is RunStatus.SUCCEEDED, summary.error
+    return summary
+
+
+def test_a_row_for_a_store_the_dimension_lacks_is_quarantined_null_passes(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    bronze, _ = with_stores_and_sales(spark, lakehouse, ["s1", "s2"])
+    assert [t.name for t in lakehouse.project().in_flow_order(
+        [lakehouse.project().table("sales", Layer.SILVER),
+         lakehouse.project().table("stores", Layer.SILVER)])] == ["stores", "sales"]
+    write_delta_commits(spark, bronze, [[sale("a", "s1"), sale("b", "s3"), sale("c", None),
+                                         sale("d", "s2")]], SALES)
+
+    summary = run_sales(spark, lakehouse)
+
+    sales = lakehouse.project().table("sales", Layer.SILVER)
+    assert order_ids(spark, sales.location) == ["a", "c", "d"]
+    assert summary.counts["rule:store_id_in_stores"] == 1
+    quarantine = spark.read.format("delta").load(sales.companion_location("quarantine"))
+    assert [(json.loads(r["_row"])["order_id"], list(r["_failed_rules"]))
+            for r in quarantine.collect()] == [("b", ["store_id_in_stores"])]
+
+
+def test_a_replayed_batch_judges_its_references_by_the_dimension_its_first_run_found(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """The batch's rows commit, its quarantine does not (a crash); then the store arrives.
+    The replay reads the store table at the version the first run read (noted in the batch's
+    commit), so the row is quarantined as decided, not lost between the two."""
+    bronze, dims = with_stores_and_sales(spark, lakehouse, ["s1"])
+    sales = lakehouse.project().table("sales", Layer.SILVER)
+    write_delta_commits(spark, bronze, [[sale("a", "s1")]], SALES)
+    run_sales(spark, lakehouse)
+    quarantine = sales.companion_location("quarantine")
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` ADD CONSTRAINT crash CHECK (_batch_id <> 1)")
+    write_delta_commits(spark, bronze, [[sale("b", "s1"), sale("c", "s9")]], SALES)
+    assert run_sales(spark, lakehouse, ok=False).status is RunStatus.FAILED
+    assert order_ids(spark, sales.location) == ["a", "b"]
+    spark.sql(f"ALTER TABLE delta.`{quarantine}` DROP CONSTRAINT crash")
+    write_delta_commits(spark, dims, [[("s9", "store s9")]], "store_id STRING, name STRING")
+
+    summary = run_sales(spark, lakehouse)
+
+    assert summary.batches == 1 and summary.counts["quarantined_rows"] == 1
+    assert order_ids(spark, sales.location) == ["a", "b"]
+    rows = spark.read.format("delta").load(quarantine).collect()
+    assert [json.loads(r["_row"])["order_id"] for r in rows] == ["c"]
+    # a new batch reads the store table as it is now
+    write_delta_commits(spark, bronze, [[sale("d", "s9")]], SALES)
+    run_sales(spark, lakehouse)
+    assert order_ids(spark, sales.location) == ["a", "b", "d"]
+
+
+def test_references_are_validated_against_the_referenced_table(lakehouse: Lakehouse) -> None:
+    from framework.config.loader import load_checked
+
+    lakehouse.add_table("bronze", "stores", bronze_spec(schema="store_id STRING, name STRING",
+                                                        path="landing/stores"))
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("bronze", "sales", bronze_spec(schema=SALES, path="landing/sales"))
+    for checks, message in (
+        ([{"references": {"column": "store_id", "table": "stores", "key": "store"}}],
+         r"checks\[0\]\.references\.key: expected a column of .*stores.*found 'store'"),
+        ([{"references": {"column": "store_id", "table": "shops"}}], r"shops"),
+    ):
+        lakehouse.add_table("silver", "sales", {"source": "sales", "checks": checks})
+        _, errors = load_checked(lakehouse.conf, lakehouse.env_name, columns=True)
+        assert any(re.search(message, str(e)) for e in errors), errors

@@ -3,6 +3,8 @@
 Each item is one check, named by its one kind key:
 
 - ``unique: [columns]``: no two rows of the table share the key (judged per batch);
+- ``references: {column, table, key}``: each row's column is a key of another table (a
+  dimension), judged per batch against that table as the batch found it;
 - ``freshness: "2 hours"``: at the end of a run, the table's newest event time (``by:
   event_time``) or last commit (``by: commit``) is no older than that;
 - ``volume: {min: 100, max: 100000}``: the rows a run wrote are within bounds, absolute, or
@@ -16,7 +18,7 @@ a run-level check fails the table's run, which the exit code says).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Discriminator,
@@ -40,6 +42,7 @@ class CheckKind(StrEnum):
     """What a table-level check looks at."""
 
     UNIQUE = "unique"
+    REFERENCES = "references"
     FRESHNESS = "freshness"
     VOLUME = "volume"
 
@@ -84,6 +87,43 @@ class Unique(Model):
     def column(self) -> str:
         """The batch's column that is true on a row breaking the check."""
         return CHECK_COLUMN + self.check_name
+
+
+class Reference(Model):
+    """A column of the table whose values must be keys of another table (a dimension)."""
+
+    column: Identifier
+    table: Identifier
+    layer: Literal["bronze", "silver", "gold"] = "silver"
+    key: Identifier | None = None  # the other table's column; default: the same name
+
+    @property
+    def target_key(self) -> str:
+        return self.key or self.column
+
+
+class References(Model):
+    """Each row's ``references.column`` is a key of ``references.table`` (NULL is not
+    compared, as in SQL); a row whose key the table lacks breaks it."""
+
+    references: Reference
+    action: CheckAction = CheckAction.QUARANTINE
+    name: Identifier | None = None
+
+    kind: ClassVar[CheckKind] = CheckKind.REFERENCES
+
+    @property
+    def check_name(self) -> str:
+        """``name``, or ``<column>_in_<table>``."""
+        return self.name or f"{self.references.column}_in_{self.references.table}"
+
+    @property
+    def column(self) -> str:
+        """The batch's column that is true on a row breaking the check."""
+        return CHECK_COLUMN + self.check_name
+
+
+BatchCheck = Unique | References
 
 
 class _RunCheck(Model):
@@ -164,7 +204,7 @@ RunCheck = Freshness | Volume
 
 def _kind_of(value: Any) -> str | None:
     """The kind key an item of ``checks:`` holds (None: none; the error names the kinds)."""
-    if isinstance(value, Unique | Freshness | Volume):
+    if isinstance(value, Unique | References | Freshness | Volume):
         return value.kind.value
     if isinstance(value, dict):
         return next((k.value for k in CheckKind if k.value in value), None)
@@ -173,8 +213,10 @@ def _kind_of(value: Any) -> str | None:
 
 TableCheck = Annotated[
     Annotated[Unique, Tag(CheckKind.UNIQUE.value)]
+    | Annotated[References, Tag(CheckKind.REFERENCES.value)]
     | Annotated[Freshness, Tag(CheckKind.FRESHNESS.value)]
     | Annotated[Volume, Tag(CheckKind.VOLUME.value)],
     Discriminator(_kind_of, custom_error_type="check_kind",
-                  custom_error_message="expected one of the keys unique, freshness or volume"),
+                  custom_error_message="expected one of the keys unique, references, "
+                                       "freshness or volume"),
 ]
