@@ -295,6 +295,23 @@ def batch_commit_note(spark: SparkSession, location: str, writer_id: str,
     return found[1] if found is not None else None
 
 
+def last_tagged_batch(spark: SparkSession, location: str, writer_id: str,
+                      page: int = 10) -> int | None:
+    """The batch of ``writer_id``'s newest tagged commit at ``location`` (see :func:`append`),
+    None when it made none; the history is read from the newest commit back until one shows."""
+    limit = page
+    while True:
+        rows = history(spark, location, limit).select("version", "userMetadata").collect()
+        for row in sorted(rows, key=lambda r: -r["version"]):
+            tag = (row["userMetadata"] or "").partition(" ")[0]
+            writer, _, batch = tag.rpartition(":")
+            if writer == writer_id and batch.isdigit():
+                return int(batch)
+        if len(rows) < limit:
+            return None
+        limit *= 4
+
+
 def _tagged_commit(spark: SparkSession, location: str, writer_id: str, batch_id: int,
                    page: int = 10) -> tuple[int, str | None] | None:
     """(version, note) of the commit :func:`batch_commit` looks for, or None."""

@@ -38,6 +38,7 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
 from framework.microbatch import Outcome, TableBatches, batch_commits
 from framework.quality import batch_results, mark_references, mark_unique, quality_table
+from silver.held import HELD_AT, HELD_BY, HELD_IN
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import Action, Expectation, Scd2, SilverTableSpec, TableFormat, WriteMode
 
@@ -67,8 +68,9 @@ def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
     if changes and changes.snapshot_by is not None:  # (the column: SnapshotApplier.mark_order)
         implicit.append(Expectation(name=IN_ORDER_RULE, rule=quote(IN_ORDER),
                                     action=Action.QUARANTINE))
-    checks = [Expectation(name=c.check_name, rule=f"NOT {quote(c.column)}",
-                          action=Action(c.action.value)) for c in spec.batch_checks]
+    checks = [Expectation.model_construct(name=c.check_name, rule=f"NOT {quote(c.column)}",
+                                          action=Action(c.action.value))
+              for c in spec.batch_checks]
     return [*spec.expectations, *implicit, *checks]
 
 
@@ -99,7 +101,7 @@ def change_applier(table: Table) -> ChangeApplier | None:
 
 def quarantines(spec: SilverTableSpec) -> bool:
     """Whether rows of the table can be quarantined (a typed column, a quarantine rule)."""
-    return any(c.type for c in spec.columns) or \
+    return any(c.type for c in spec.columns) or spec.holds or \
         any(e.action is Action.QUARANTINE for e in batch_rules(spec))
 
 
@@ -112,6 +114,7 @@ class Refined(Outcome):
     written: int = 0
     quarantined: int = 0
     dropped: int = 0
+    held: int = 0
     rule_counts: Mapping[str, int] = field(default_factory=dict)
     rows_at_risk: int = 0
 
@@ -164,7 +167,8 @@ class BatchWriter:
         good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
         batch = self._checked(batch, broken, batch_id)
         quarantine, drop = self._verdicts(broken)
-        aggs = self._aggregates(broken, quarantine, drop)
+        held = self._held(broken, quarantine, drop)
+        aggs = self._aggregates(broken, quarantine, drop, held)
         df = self._failing(batch, broken, batch_id)
         # One pass when nothing else is written and the batch cannot be a replay; otherwise
         # the batch is cached so its (stateful) computation runs once for all writes (and for
@@ -181,10 +185,12 @@ class BatchWriter:
             assert row is not None
             metrics = row.asDict()
             at_risk = self._check_span(df, metrics, log)
-            self._write_good(df.where(~quarantine & ~drop).select(*good_cols), batch_id,
+            self._write_good(df.where(~quarantine & ~drop & ~held).select(*good_cols), batch_id,
                              truncated=metrics.pop("_truncates", 0) > 0)
             if metrics["quarantined"]:
                 self._quarantine(df.where(quarantine), broken, good_cols, batch_id)
+            if metrics["held"]:
+                self._hold(df.where(held), broken, good_cols, batch_id)
         finally:
             df.unpersist()
         return self._counted(metrics, at_risk, batch_id, log)
@@ -255,6 +261,26 @@ class BatchWriter:
         assert current is not None  # (created before the query starts)
         return read_table(spark, location, version=current.version)
 
+    def _held(self, broken: Mapping[str, Column], quarantine: Column,
+              drop: Column) -> Column:
+        """Whether a row is held (``<table>_held``) for a key another table lacks: broken by
+        a hold check, and neither quarantined nor dropped."""
+        held: Column = F.lit(False)
+        for e in self.rules:
+            if e.action is Action.HOLD:
+                held = held | broken[e.name]
+        return held & ~quarantine & ~drop
+
+    def _hold(self, rows: DataFrame, broken: Mapping[str, Column], good_cols: list[str],
+              batch_id: int) -> None:
+        """Append the held rows (:mod:`silver.held`), each with the checks that hold it."""
+        names = [F.when(broken[e.name], F.lit(e.name)) for e in self.rules
+                 if e.action is Action.HOLD]
+        self.commits.append(rows.select(
+            *good_cols, F.filter(F.array(*names), lambda x: x.isNotNull()).alias(HELD_BY),
+            F.current_timestamp().alias(HELD_AT), F.lit(batch_id).cast("long").alias(HELD_IN),
+        ), self.table.companion_location("held"), batch_id)
+
     def _verdicts(self, broken: Mapping[str, Column],
                   skip: frozenset[str] | set[str] = frozenset()) -> tuple[Column, Column]:
         """Whether a row is quarantined, and whether it is dropped (a row to quarantine is
@@ -283,13 +309,14 @@ class BatchWriter:
         return batch
 
     def _aggregates(self, broken: Mapping[str, Column], quarantine: Column,
-                    drop: Column) -> list[Column]:
-        """The batch's figures, computed in one pass: records, quarantined and dropped rows,
-        the rows breaking each rule (a cast is one), truncates, the span of event time."""
+                    drop: Column, held: Column) -> list[Column]:
+        """The batch's figures, computed in one pass: records, quarantined, dropped and held
+        rows, the rows breaking each rule (a cast is one), truncates, the span of event time."""
         aggs = [
             F.count(F.lit(1)).alias("records"),
             F.count_if(quarantine).alias("quarantined"),
             F.count_if(drop).alias("dropped"),
+            F.count_if(held).alias("held"),
             *[F.count_if(broken[e.name]).alias(f"rule:{e.name}") for e in self.rules
               if e.action is not Action.FAIL],
             *[F.count_if(F.array_contains(CAST_ERRORS, f"cast:{c.name}"))
@@ -322,7 +349,8 @@ class BatchWriter:
 
     def _counted(self, metrics: Mapping[str, Any], at_risk: int, batch_id: int,
                  log: Any) -> Refined:
-        written = metrics["records"] - metrics["quarantined"] - metrics["dropped"]
+        held = int(metrics.get("held") or 0)
+        written = metrics["records"] - metrics["quarantined"] - metrics["dropped"] - held
         rule_counts = {k.removeprefix("rule:"): int(v) for k, v in metrics.items()
                        if k.startswith("rule:")}
         if self.spec.batch_checks:
@@ -335,10 +363,10 @@ class BatchWriter:
         event = log.warning if warned else log.info
         event("silver.batch.committed", records=metrics["records"], rows_written=written,
               dropped_rows=metrics["dropped"], quarantined_rows=metrics["quarantined"],
-              broken_rules=rule_counts)
+              held_rows=held, broken_rules=rule_counts)
         return Refined(batch_id, records=metrics["records"], written=written,
                        quarantined=metrics["quarantined"], dropped=metrics["dropped"],
-                       rule_counts=rule_counts, rows_at_risk=at_risk)
+                       held=held, rule_counts=rule_counts, rows_at_risk=at_risk)
 
     def _mark_snapshot_order(self, batch: DataFrame, batch_id: int, log: Any) -> DataFrame:
         """``batch`` with the rule ``snapshot_in_order``'s column, against the newest snapshot

@@ -65,6 +65,7 @@ from silver.batch import (
     keyed_changes,
     quarantines,
 )
+from silver.held import create_held, release
 from silver.snapshots import SnapshotApplier
 from silver.spec import (
     SPLIT_SNAPSHOTS,
@@ -250,6 +251,9 @@ class SilverJob(StreamingJob):
                                   f"boolean), found {e.rule!r} of type {kind.simpleString()}",
                                   file=self.table.source_file, key=f"expectations[{i}].rule")
         self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
+        if self.spec.holds:  # before the query: rows whose keys arrived since the last run
+            self.totals.update(release(self.spark, self.table, self.spec.references,
+                                       self.quarantine_location, self.log))
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)
         return self.foreach_step(df, TableBatches(BatchWriter, self.table, self.replayable,
@@ -258,7 +262,8 @@ class SilverJob(StreamingJob):
     def fold(self, outcome: Outcome) -> None:
         assert isinstance(outcome, Refined)
         counted = {"records": outcome.records, "written": outcome.written,
-                   "quarantined": outcome.quarantined, "dropped": outcome.dropped}
+                   "quarantined": outcome.quarantined, "dropped": outcome.dropped,
+                   "held": outcome.held}
         self.batch_counts[outcome.batch_id] = counted
         self.totals.update(counted, rows_at_risk=outcome.rows_at_risk)
         self.rule_totals.update(outcome.rule_counts)
@@ -303,6 +308,8 @@ class SilverJob(StreamingJob):
             record_spec(self.spark, self.table.location, self.spec.stale_parts())
         if self.spec.checks:
             ensure_quality_table(self.spark, self.table.env)
+        if self.spec.holds:
+            create_held(self.spark, self.table, schema)
         if self._quarantines:
             create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
                          self.quarantine_location,
@@ -384,6 +391,8 @@ class SilverJob(StreamingJob):
             "late_rows_dropped": late,
             "dropped_rows": self.totals["dropped"],
             "quarantined_rows": self.totals["quarantined"],
+            **({"held_rows": self.totals["held"], "released_rows": self.totals["released_rows"],
+                "expired_rows": self.totals["expired_rows"]} if self.spec.holds else {}),
             "state_rows": progress[-1].state_rows if progress else 0,
             **({"rows_at_risk": self.totals["rows_at_risk"]} if self.spec.dedup else {}),
             **{f"rule:{k}": v for k, v in sorted(self.rule_totals.items())},

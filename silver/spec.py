@@ -77,6 +77,7 @@ class Action(StrEnum):
     DROP = "drop"  # removed, counted
     QUARANTINE = "quarantine"  # moved to <table>_quarantine with the rules it broke
     FAIL = "fail"  # the query stops before the batch commits
+    HOLD = "hold"  # (a references check only) kept in <table>_held until its key arrives
 
 
 class WriteMode(StrEnum):
@@ -96,6 +97,14 @@ class Expectation(Model):
     name: Identifier
     rule: str = Field(min_length=1)
     action: Action = Action.WARN
+
+    @field_validator("action")
+    @classmethod
+    def _not_held(cls, value: Action) -> Action:
+        if value is Action.HOLD:
+            raise ValueError("expected warn, drop, quarantine or fail (a row breaking a rule "
+                             "of its own is no better later), found 'hold'")
+        return value
 
 
 class ColumnSpec(Model):
@@ -337,6 +346,11 @@ class SilverTableSpec(TableSpec):
     @property
     def references(self) -> list[References]:
         return [c for c in self.checks if isinstance(c, References)]
+
+    @property
+    def holds(self) -> bool:
+        """Whether rows can be held for a key another table lacks (``<table>_held``)."""
+        return any(c.action is CheckAction.HOLD for c in self.references)
 
     def event_time_column(self) -> str | None:
         return self.event_time

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -458,3 +460,58 @@ def test_references_are_validated_against_the_referenced_table(lakehouse: Lakeho
         lakehouse.add_table("silver", "sales", {"source": "sales", "checks": checks})
         _, errors = load_checked(lakehouse.conf, lakehouse.env_name, columns=True)
         assert any(re.search(message, str(e)) for e in errors), errors
+
+
+def silver_sales(spark: SparkSession, lakehouse: Lakehouse) -> list[Any]:
+    sales = lakehouse.project().table("sales", Layer.SILVER)
+    return sorted((r["order_id"], r["store_id"]) for r in
+                  spark.read.format("delta").load(sales.location).collect())
+
+
+def held_rows(spark: SparkSession, lakehouse: Lakehouse) -> list[Any]:
+    held = lakehouse.project().table("sales", Layer.SILVER).companion_location("held")
+    return sorted((r["order_id"], list(r["_held_by"])) for r in
+                  spark.read.format("delta").load(held).collect())
+
+
+def test_a_sale_before_its_store_is_held_then_released_once_even_after_a_stop(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """Sales of s2 and s3 arrive before their stores: held. s2 arrives: the next run releases
+    its sale (a stop between the release's table append and its rewrite of the held rows
+    changes nothing: the next run completes it), s3's stays held; the table ends as a run
+    whose stores came first. Then s3's sale, held past max_hold, goes to the quarantine."""
+    bronze, dims = with_stores_and_sales(spark, lakehouse, ["s1"], action="hold")
+    write_delta_commits(spark, bronze, [[sale("a", "s1"), sale("b", "s2"), sale("c", "s3")]],
+                        SALES)
+    first = run_sales(spark, lakehouse)
+    assert (first.rows_out, first.counts["held_rows"]) == (1, 2)
+    assert silver_sales(spark, lakehouse) == [("a", "s1")]
+    assert held_rows(spark, lakehouse) == [("b", ["store_id_in_stores"]),
+                                           ("c", ["store_id_in_stores"])]
+
+    write_delta_commits(spark, dims, [[("s2", "store s2")]], "store_id STRING, name STRING")
+    held = lakehouse.project().table("sales", Layer.SILVER).companion_location("held")
+    spark.sql(f"ALTER TABLE delta.`{held}` SET TBLPROPERTIES ('delta.appendOnly' = 'true')")
+    assert run_sales(spark, lakehouse, ok=False).status is RunStatus.FAILED
+    assert silver_sales(spark, lakehouse) == [("a", "s1"), ("b", "s2")]  # appended, then stopped
+    spark.sql(f"ALTER TABLE delta.`{held}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+
+    again = run_sales(spark, lakehouse)
+
+    assert again.counts["released_rows"] == 1  # (the count of the release it completed)
+    assert silver_sales(spark, lakehouse) == [("a", "s1"), ("b", "s2")]  # once
+    assert held_rows(spark, lakehouse) == [("c", ["store_id_in_stores"])]
+    assert run_sales(spark, lakehouse).counts["released_rows"] == 0
+
+    spec = yaml.safe_load((lakehouse.conf / "tables" / "silver" / "sales.yaml").read_text())
+    spec["checks"][0]["max_hold"] = "1 second"  # (7 days by default)
+    lakehouse.add_table("silver", "sales", spec)
+    time.sleep(1.5)
+    expired = run_sales(spark, lakehouse)
+    assert expired.counts["expired_rows"] == 1 and held_rows(spark, lakehouse) == []
+    quarantine = lakehouse.project().table("sales", Layer.SILVER) \
+        .companion_location("quarantine")
+    assert [(json.loads(r["_row"])["order_id"], sorted(r["_failed_rules"])) for r in
+            spark.read.format("delta").load(quarantine).collect()] == [
+        ("c", ["held_past_max_hold", "store_id_in_stores"])]

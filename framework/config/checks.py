@@ -52,6 +52,7 @@ class CheckAction(StrEnum):
 
     WARN = "warn"  # recorded and logged; rows written
     QUARANTINE = "quarantine"  # (unique) the rows go to <table>_quarantine with the check's name
+    HOLD = "hold"  # (references) kept in <table>_held until the key arrives, then written
     FAIL = "fail"  # (unique) the batch stops before it commits; (others) the run fails
 
 
@@ -76,6 +77,9 @@ class Unique(Model):
     def _distinct_columns(self) -> Unique:
         if len(set(self.unique)) != len(self.unique):
             raise ValueError(f"expected distinct columns in unique, found {self.unique}")
+        if self.action is CheckAction.HOLD:
+            raise ValueError("expected warn, quarantine or fail for unique (a key the table "
+                             "has already never stops being there), found 'hold'")
         return self
 
     @property
@@ -109,8 +113,14 @@ class References(Model):
     references: Reference
     action: CheckAction = CheckAction.QUARANTINE
     name: Identifier | None = None
+    max_hold: str = "7 days"  # with action hold: a row held longer goes to the quarantine
 
     kind: ClassVar[CheckKind] = CheckKind.REFERENCES
+
+    @field_validator("max_hold")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        return check_interval(value)
 
     @property
     def check_name(self) -> str:
@@ -135,9 +145,9 @@ class _RunCheck(Model):
     @field_validator("action")
     @classmethod
     def _no_rows(cls, value: CheckAction) -> CheckAction:
-        if value is CheckAction.QUARANTINE:
-            raise ValueError("expected warn or fail (a check of the whole table has no row to "
-                             "quarantine), found 'quarantine'")
+        if value in (CheckAction.QUARANTINE, CheckAction.HOLD):
+            raise ValueError(f"expected warn or fail (a check of the whole table has no row to "
+                             f"{value.value}), found '{value.value}'")
         return value
 
 
