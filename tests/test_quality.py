@@ -193,7 +193,7 @@ def test_unique_checks_are_validated_against_the_columns_and_the_mode(
 
     lakehouse.add_table("silver", "orders", silver_spec(
         checks=[{"unique": ["order_id"], "action": "hold"}]))
-    hold = r"checks\[0\]\.action: .*'warn', 'quarantine' or 'fail'; found 'hold'"
+    hold = r"checks\[0\].*expected warn, quarantine or fail for unique .*found 'hold'"
     with pytest.raises(ConfigValidationError, match=hold):
         lakehouse.project()
 
@@ -309,7 +309,9 @@ def test_run_checks_are_validated(lakehouse: Lakehouse) -> None:
         ([{"volume": {"min": 5, "max": 2}}], r"expected min <= max"),
         ([{"volume": {"recent_runs": 3}}], r"expected low and/or high"),
         ([{"volume": {"min": 1}, "action": "quarantine"}], r"expected warn or fail"),
-        ([{"uniqe": ["order_id"]}], r"expected one of the keys unique, freshness or volume"),
+        ([{"volume": {"min": 1}, "action": "hold"}], r"expected warn or fail .*found .hold."),
+        ([{"uniqe": ["order_id"]}],
+         r"expected one of the keys unique, references, freshness or volume"),
     ):
         lakehouse.add_table("silver", "orders", silver_spec(checks=checks))
         with pytest.raises(ConfigValidationError, match=message):
