@@ -268,7 +268,9 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     debug = os.environ.get(JAVA_STACKS) == "1"
     # Python UDFs run in workers of this interpreter (PySpark's default is whatever `python3`
     # the PATH finds, which need not have the framework: a run from a folder of the user's own
-    # then fails in any UDF, bronze's quarantine reasons among them)
+    # then fails in any UDF, bronze's quarantine reasons among them). The environment rather
+    # than spark.pyspark.python: a user's own PYSPARK_PYTHON still wins, and the `medallion`
+    # processes this one starts (a Connect server, a test case) inherit the same choice.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     launch_driver(settings, notices=debug, resolver=_Resolver.report)
     builder = SparkSession.builder

@@ -87,12 +87,9 @@ def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Laye
             f"takes no other), found {spec.event_time} of type {found}: make it one in the "
             f'spec of {name} (type: timestamp on its column, or expr: "to_timestamp(...)")',
             key="event_time"))
-    # a window the spec's own check refuses (no event time, or no watermark to close it) is
-    # said there, and not built here
-    window_known = spec.window is None or (
-        spec.event_time is not None and (spec.watermark is not None or not spec.watermarked))
+    # a window the spec's own check refuses is said there, and not built here
     try:
-        if not problems and window_known:
+        if not problems and spec.window_buildable:
             return aggregate_windows(df, spec).schema, problems
     except AnalysisException:  # an unknown type (an interval, say): known at run time
         return None, problems

@@ -387,6 +387,13 @@ class AggregateSpec(GoldSpec):
                         f"found {', '.join(missing)}")
         return problems
 
+    @property
+    def window_buildable(self) -> bool:
+        """Whether the window can be planned: no window, or one with its event time and (when
+        it closes by a watermark) its watermark. What lacks these is said by `check`."""
+        return self.window is None or (
+            self.event_time is not None and (self.watermark is not None or not self.watermarked))
+
     def _window_problems(self) -> list[ConfigError]:
         """What each kind of window needs: an event-time window an event time and a watermark;
         a calendar period an event time, and no watermark; no window, group keys; both of
