@@ -30,6 +30,8 @@ from framework.logging import get_logger
 # write (a commit's inserted rows are its added files); a batch's rows can be read back from its
 # own commit.
 CHANGE_FEED = "delta.enableChangeDataFeed"
+# The session setting Delta writes into each commit's user metadata (SQL statements take no option)
+COMMIT_NOTE = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def literal_rows(spark: SparkSession, rows: Sequence[Sequence[Any]],
@@ -268,6 +270,25 @@ def replace_rows(df: DataFrame, location: str, where: str, tag: str | None = Non
     if tag:  # (a writer's batch, as append tags it: batch_commit finds it)
         writer = writer.option("userMetadata", tag)
     writer.save(location)
+
+
+def update_rows(spark: SparkSession, location: str, assignments: Mapping[str, str],
+                where: str, tag: str | None = None) -> None:
+    """Set ``assignments`` (column: SQL expression) on the rows matching ``where`` of the Delta
+    table at ``location``, in one commit; with ``tag`` (``<writer_id>:<batch_id>``, as
+    :func:`append` tags) for :func:`batch_commit` to find it. The tag is the session's commit
+    note for the statement's time (SQL's UPDATE takes no write option): the caller is the
+    session's only writer then (a command holding the lake's lease)."""
+    sets = ", ".join(f"{quote(c)} = {e}" for c, e in assignments.items())
+    statement = f"UPDATE {quote_path(location)} SET {sets} WHERE {where}"
+    if tag is None:
+        spark.sql(statement)
+        return
+    spark.conf.set(COMMIT_NOTE, tag)
+    try:
+        spark.sql(statement)
+    finally:
+        spark.conf.unset(COMMIT_NOTE)
 
 
 def delete_rows(spark: SparkSession, location: str, where: str | None = None) -> None:

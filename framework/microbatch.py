@@ -84,6 +84,7 @@ class TableBatches:
     table: Table
     replayable: range
     log_context: Mapping[str, Any]
+    writer_id: str | None = None  # (None: the table's query, see batch_commits)
 
     def __call__(self, spark: SparkSession) -> BatchWriter:
         return self.writer(self, spark)

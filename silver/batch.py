@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -48,11 +49,33 @@ BATCH_ID = "_batch_id"
 # The start of the note a batch's commit carries: the versions of the tables its references
 # checks read (``<check>@<version>``, ``-`` for none), for a replay to read them again.
 REFERENCED = "refs="
+# The source row a silver row was made from (a struct of the upstream row's columns), carried
+# beside the row by a table that quarantines, so that a quarantined row can be replayed through
+# the table's spec as it is then (:mod:`silver.quarantine`); never written to the table.
+SOURCE_ROW = "_source_row"
+REPLAY_ID = "_replay_id"
+STATE = "_state"
+
+
+class QuarantineState(StrEnum):
+    """Where a quarantined row stands: waiting; taken by a replay not yet completed; sent
+    through the table again by a replay (``_replay_id``); set aside for good (``_reason``)."""
+
+    QUARANTINED = "quarantined"
+    REPLAYING = "replaying"
+    REPLAYED = "replayed"
+    DISCARDED = "discarded"
+
+
 QUARANTINE_SCHEMA = StructType([
     StructField("_row", StringType()),
     StructField("_failed_rules", ArrayType(StringType())),
     StructField(BATCH_ID, LongType()),
     StructField("_quarantined_at", TimestampType()),
+    StructField(SOURCE_ROW, StringType()),
+    StructField(STATE, StringType()),
+    StructField(REPLAY_ID, LongType()),
+    StructField("_reason", StringType()),
 ])
 
 
@@ -131,7 +154,8 @@ class BatchWriter:
         self.quarantines = quarantines(self.spec)
         self.applier = change_applier(batches.table)
         self.delay_s = interval_seconds(self.spec.dedup.delay) if self.spec.dedup else 0
-        self.commits = batch_commits(batches.table, batches.replayable, spark)
+        self.commits = batch_commits(batches.table, batches.replayable, spark,
+                                     batches.writer_id)
         self.spark = spark
         self.note: str | None = None  # what the batch's commit notes (REFERENCED)
 
@@ -164,7 +188,7 @@ class BatchWriter:
 
     def _refine(self, batch: DataFrame, batch_id: int, log: Any) -> Refined:
         broken = {e.name: ~F.coalesce(F.expr(e.rule), F.lit(False)) for e in self.rules}
-        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER)]
+        good_cols = [c for c in batch.columns if c not in (CAST_ERRORS, IN_ORDER, SOURCE_ROW)]
         batch = self._checked(batch, broken, batch_id)
         quarantine, drop = self._verdicts(broken)
         held = self._held(broken, quarantine, drop)
@@ -341,10 +365,17 @@ class BatchWriter:
         if self.typed:
             failed = F.concat(F.col(CAST_ERRORS), failed)
         data = F.to_json(F.struct(*[F.col(c) for c in good_cols]))
+        source: Column = F.lit(None).cast("string")
+        if SOURCE_ROW in rows.columns:  # (a replay carries it as the JSON it was kept as)
+            carried = rows.schema[SOURCE_ROW].dataType
+            source = F.col(SOURCE_ROW) if isinstance(carried, StringType) else \
+                F.to_json(F.col(SOURCE_ROW))
         self.commits.append(rows.select(
             data.alias("_row"), failed.alias("_failed_rules"),
             F.lit(batch_id).cast("long").alias(BATCH_ID),
             F.current_timestamp().alias("_quarantined_at"),
+            source.alias(SOURCE_ROW), F.lit(QuarantineState.QUARANTINED.value).alias(STATE),
+            F.lit(None).cast("long").alias(REPLAY_ID), F.lit(None).cast("string").alias("_reason"),
         ), self.table.companion_location("quarantine"), batch_id)
 
     def _counted(self, metrics: Mapping[str, Any], at_risk: int, batch_id: int,

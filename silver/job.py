@@ -58,6 +58,7 @@ from silver.batch import (
     BATCH_ID,
     CAST_ERRORS,
     QUARANTINE_SCHEMA,
+    SOURCE_ROW,
     BatchWriter,
     Refined,
     batch_rules,
@@ -81,11 +82,16 @@ def _source(column: ColumnSpec) -> Column:
     return F.expr(column.expr) if column.expr else F.col(column.from_ or column.name)
 
 
-def select_columns(df: DataFrame, spec: SilverTableSpec) -> DataFrame:
+def select_columns(df: DataFrame, spec: SilverTableSpec, *,
+                   source_row: bool = False) -> DataFrame:
     """The spec's columns (all data columns of the source when none are listed), with the
-    names of columns whose value did not fit its type in ``_cast_errors``."""
+    names of columns whose value did not fit its type in ``_cast_errors``; with
+    ``source_row``, the source's row as it came too (``_source_row``: a struct, for the
+    quarantine, see :mod:`silver.quarantine`)."""
+    kept = [F.struct(*[F.col(quote(c)) for c in df.columns]).alias(SOURCE_ROW)] \
+        if source_row else []
     if not spec.columns:
-        return df.select(*[c for c in df.columns if not c.startswith("_")])
+        return df.select(*[c for c in df.columns if not c.startswith("_")], *kept)
     selected: list[Column] = []
     failures: list[Column] = []
     for c in spec.columns:
@@ -98,7 +104,18 @@ def select_columns(df: DataFrame, spec: SilverTableSpec) -> DataFrame:
     if any(c.type for c in spec.columns):
         errors = F.filter(F.array(*failures), lambda x: x.isNotNull())
         selected.append(errors.alias(CAST_ERRORS))
-    return df.select(*selected)
+    return df.select(*selected, *kept)
+
+
+def custom_transforms(df: DataFrame, spec: SilverTableSpec, table: str) -> DataFrame:
+    """``df`` through the spec's own transforms (Python functions), in their order."""
+    for path in spec.transforms:
+        result = load_transform(path)(df)
+        if not isinstance(result, DataFrame):
+            raise JobError(table, "transform", f"expected {path} to return a DataFrame, found "
+                           f"{type(result).__name__}")
+        df = result
+    return df
 
 
 def planned_schema(spark: SparkSession, table: Table, inputs: Mapping[tuple[Layer, str],
@@ -229,14 +246,7 @@ class SilverJob(StreamingJob):
                                       whole_commits=self.spec.dedup is not None)
 
     def transform(self, df: DataFrame) -> DataFrame:
-        df = self._columns(df)
-        for path in self.spec.transforms:
-            result = load_transform(path)(df)
-            if not isinstance(result, DataFrame):
-                raise JobError(self.table.full_name, "transform",
-                               f"expected {path} to return a DataFrame, found "
-                               f"{type(result).__name__}")
-            df = result
+        df = custom_transforms(self._columns(df), self.spec, self.table.full_name)
         if self.spec.dedup:
             assert self.spec.event_time is not None  # checked with the config
             df = df.withWatermark(self.spec.event_time, self.spec.dedup.delay)
@@ -250,7 +260,8 @@ class SilverJob(StreamingJob):
                 raise ConfigError(f"expected a rule that is true or false for each row (a "
                                   f"boolean), found {e.rule!r} of type {kind.simpleString()}",
                                   file=self.table.source_file, key=f"expectations[{i}].rule")
-        self._create_tables(StructType([f for f in df.schema.fields if f.name != CAST_ERRORS]))
+        self._create_tables(StructType([f for f in df.schema.fields
+                                        if f.name not in (CAST_ERRORS, SOURCE_ROW)]))
         if self.spec.holds:  # before the query: rows whose keys arrived since the last run
             self.totals.update(release(self.spark, self.table, self.spec.references,
                                        self.quarantine_location, self.log))
@@ -270,7 +281,7 @@ class SilverJob(StreamingJob):
 
     # ------------------------------------------------------------------ columns and tables
     def _columns(self, df: DataFrame) -> DataFrame:
-        return select_columns(df, self.spec)
+        return select_columns(df, self.spec, source_row=self._quarantines and not self.direct)
 
     def _create_tables(self, schema: StructType) -> None:
         spec = self.table.spec
@@ -310,10 +321,11 @@ class SilverJob(StreamingJob):
             ensure_quality_table(self.spark, self.table.env)
         if self.spec.holds:
             create_held(self.spark, self.table, schema)
-        if self._quarantines:
-            create_table(self.spark, self.quarantine_table, QUARANTINE_SCHEMA,
-                         self.quarantine_location,
-                         comment=f"Rows of {self.table.name} that broke a quarantine rule")
+        if self._quarantines and not create_table(
+                self.spark, self.quarantine_table, QUARANTINE_SCHEMA, self.quarantine_location,
+                comment=f"Rows of {self.table.name} that broke a quarantine rule"):
+            # (one made before quarantined rows had a state and their source row)
+            add_missing_columns(self.spark, self.quarantine_location, QUARANTINE_SCHEMA)
 
     def _check_mode(self) -> None:
         """Raises :class:`TableModeError` when the table (at its location) was written in another

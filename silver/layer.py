@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from framework.config.model import Layer, TableSpec
 from framework.layers import JobFactory, LayerPlugin, Planner
+from silver.commands import add_commands
 from silver.spec import SilverTableSpec
 
 
@@ -19,4 +20,5 @@ def _planner() -> Planner:
     return planned_schema
 
 
-PLUGIN = LayerPlugin(layer=Layer.SILVER, spec=SilverTableSpec, job=_job, planner=_planner)
+PLUGIN = LayerPlugin(layer=Layer.SILVER, spec=SilverTableSpec, job=_job, planner=_planner,
+                     commands=add_commands)
