@@ -103,7 +103,8 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # Columns whose values depend on when a row was ingested or on the root's path.
 VOLATILE = {"_ingested_at", "_source_file", "_quarantined_at", "ingested_at", "updated_at",
-            "path", "location", "_commit_version", "_commit_timestamp", "recorded_at"}
+            "path", "location", "_commit_version", "_commit_timestamp", "recorded_at",
+            "_source_row"}  # (a silver quarantine's source row: bronze's row, ingestion too)
 # Which files a bronze batch takes is Spark's file source's to decide: a kill after it logged
 # its next files (``sources/0/N``) and before the query logged the batch (``offsets/N``) gives,
 # at the restart, one batch of that entry and the next. A bronze table's and its ledger's batch

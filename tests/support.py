@@ -392,3 +392,15 @@ def foreign_lines(stdout: str, stderr: str) -> list[str]:
             + [f"stderr: {line}" for line in stderr.splitlines() if line.strip()
                and (FOREIGN.match(line) or not (is_event_line(line)
                                                 or OWN_STDERR.fullmatch(line)))])
+
+
+def source_rows_without(df: Any, volatile: Any) -> Any:
+    """``df`` with the ``volatile`` fields (when and where a row was ingested) taken out of
+    the JSON of a silver quarantine's ``_source_row``, the rest of it kept to compare."""
+    from pyspark.sql import functions as F
+
+    if "_source_row" not in df.columns:
+        return df
+    names = "|".join(sorted(volatile))
+    return df.withColumn("_source_row", F.regexp_replace(
+        "_source_row", f',?"(?:{names})":(?:"(?:[^"\\\\]|\\\\.)*"|[^,}}]*)', ""))

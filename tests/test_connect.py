@@ -39,6 +39,7 @@ from tests.support import (
     foreign_lines,
     medallion_cmd,
     silver_spec,
+    source_rows_without,
     write_order_files,
 )
 from tests.test_gold import STORES, with_sales_mart
@@ -476,7 +477,8 @@ def test_a_backfill_and_refreshes_over_connect_write_what_they_write_classically
         if name.endswith("_files"):
             return df.select(F.element_at(F.split("path", "/"), -1).alias("file"), "batch_id",
                              "rows", "good_rows", "quarantined_rows", "status", "ingestion")
-        return df.drop("_source_file", *(WHEN_AND_WHERE - {"_batch_id"}))
+        return source_rows_without(df, {"_source_file", *WHEN_AND_WHERE} - {"_batch_id"}).drop(
+            "_source_file", *(WHEN_AND_WHERE - {"_batch_id"}))
 
     compared = [("bronze", "orders"), ("bronze", "orders_files"), ("silver", "orders"),
                 ("silver", "orders_quarantine"), ("gold", "customer_sales")]
