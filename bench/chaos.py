@@ -47,6 +47,12 @@ that ends before its phase opens passes that kill and the delivery's later ones 
 delivery. The reserve slices take what is left, one by one; once every interruption has
 happened, the rest of the feed lands in one delivery.
 
+``--replay`` corrects silver.orders' rule ``positive_quantity`` once the deliveries are in
+(orders of quantity 0 pass it), and replays the rows it quarantined (``medallion quarantine
+replay``): once on the clean root, and on the chaos root interrupted in the replay's three steps
+(marking its rows, their batch through the table, marking them replayed); a replay id is the
+version of the root's own quarantine, so only whether a row has one is compared.
+
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
 
@@ -127,7 +133,7 @@ class Phase:
     first: int = 1  # the first delivery in which it can open
     once: bool = False  # it opens once per delivery (a file's event, not a batch's)
     faults: bool = False  # it opens only on a store that refuses operations (--faults)
-    op: str = ""  # it opens in this operation only (--refresh, --backfill)
+    op: str = ""  # it opens in this operation only (--refresh, --backfill, --replay)
 
 
 PHASES = [  # in the pipeline's order
@@ -172,6 +178,10 @@ PHASES = [  # in the pipeline's order
     Phase("backfill-batch", "bronze.batch.started", 1.5, "orders", op="backfill"),
     Phase("backfill-ledger", "bronze.batch.appended", 0.4, "orders", op="backfill"),
     Phase("backfill-landing", "bronze.file.backfilled_earlier", 0.3, "orders", op="backfill"),
+    # --replay: a replay of quarantined rows, its three steps
+    Phase("replay-mark", "silver.quarantine.marking", 0.3, "orders", op="replay"),
+    Phase("replay-batch", "silver.quarantine.sending", 2.0, "orders", op="replay"),
+    Phase("replay-finish", "silver.quarantine.finishing", 0.3, "orders", op="replay"),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
 # Without the clean run's times, a delivery takes a moment drawn over the clean run first,
@@ -628,6 +638,43 @@ def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
     return restarts + 1
 
 
+# ---------------------------------------------------------------------------------- replay
+STRICT, CORRECTED = 'rule: "quantity > 0"', 'rule: "quantity >= 0"'
+REPLAY = ("quarantine", "replay", "silver.orders", "--rule", "positive_quantity")
+
+
+def replay_under_kills(work: Path, clean: Lake, chaos: Lake, steps: list[Interruption],
+                       done: list[Interruption]) -> int:
+    """silver.orders' rule positive_quantity corrected to let the feed's orders of quantity
+    0 pass, and the rows it quarantined replayed: the clean root once, the chaos root
+    interrupted at each of ``steps``. Each restart is a replay (which completes a stopped one
+    first, then finds none left to take), every third a run in between. A replay and a run
+    then settle both roots (gold reads the replayed rows). Returns the restarts."""
+    spec = work / "conf" / "tables" / "silver" / "orders.yaml"
+    if STRICT not in spec.read_text():
+        raise SystemExit(f"expected {STRICT} in {spec}: the replay corrects it")
+    spec.write_text(spec.read_text().replace(STRICT, CORRECTED))
+    duration = run_through(work, clean, command=REPLAY)
+    print(f"replay: clean {duration:.1f} s, {len(steps)} interruptions", flush=True)
+    restarts = 0
+    for i, step in enumerate(steps):
+        command = RUN_ALL if i % 3 == 2 else REPLAY
+        step.delivery = 0
+        interrupt(work, chaos, step, duration, command)
+        restarts += 1
+        if step.outcome == "missed" and command == RUN_ALL:
+            step.outcome, step.at_s = "planned", None
+            interrupt(work, chaos, step, duration, REPLAY)
+            restarts += 1
+        done.append(step)
+        print(f"  {step.signal} in {step.phase} ({' '.join(command[:2])}) at {step.at_s} s, "
+              f"after {step.after or '(no event yet)'}: {step.outcome}", flush=True)
+    for lake in (clean, chaos):
+        run_through(work, lake, command=REPLAY)
+        run_through(work, lake)
+    return restarts + 2
+
+
 # ---------------------------------------------------------------------------------- backfill
 ORDER_ID = re.compile(r'("order_id"\s*:\s*")')
 
@@ -745,6 +792,9 @@ def compare(spark: Any, clean: Path, chaos: Path, names: set[str]
             b = spark.read.format("delta").load(str(chaos / "tables" / table))
             keep = [c for c in a.columns if c not in VOLATILE
                     and not (table.parts[0] == "bronze" and c in SPLIT)]
+            if "_replay_id" in keep:  # (a replay's id is the version of its root's quarantine)
+                a, b = (df.withColumn("_replay_id", F.col("_replay_id").isNotNull())
+                        for df in (a, b))
             # the column comments name the lake's own schemas (gold_clean, gold_chaos)
             assert_df_equality(b.select(keep).orderBy(*keep), a.select(keep).orderBy(*keep),
                                ignore_nullable=True, ignore_metadata=True)
@@ -893,6 +943,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "into bronze.orders: the clean root once, the chaos root killed "
                         "--kills times in the backfill and in the runs that settle landing "
                         "copies of its files")
+    parser.add_argument("--replay", action="store_true",
+                        help="after the deliveries, correct silver.orders' rule "
+                        "positive_quantity and replay the rows it quarantined: the clean root "
+                        "once, the chaos root killed --kills times in the replay's steps, each "
+                        "restart a replay or a run in turn")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -925,8 +980,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plan = make_plan(rng, args.kills, args.terms,
                      set(args.tables.split(",")) if args.tables else None, bool(args.faults))
     refresh_plan: list[Interruption] = []
-    if args.refresh or args.backfill:  # the deliveries in without interruptions
-        op = "backfill" if args.backfill else \
+    if args.refresh or args.backfill or args.replay:  # the deliveries in, uninterrupted
+        op = "backfill" if args.backfill else "replay" if args.replay else \
             "refresh-bronze" if args.refresh.startswith("bronze.") else "refresh"
         refresh_plan = op_interruptions(rng, op, args.kills, args.terms, args.phases,
                                         set(args.tables.split(",")) if args.tables else None)
@@ -999,6 +1054,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     elif args.backfill:
         more, journal = backfill_under_kills(work, clean, chaos, feed, refresh_plan, done)
         restarts += more
+    elif args.replay:
+        restarts += replay_under_kills(work, clean, chaos, refresh_plan, done)
     missed = pending + plan + [s for s in refresh_plan if s.outcome == "missed"]
     for step in missed:
         step.outcome = "missed"

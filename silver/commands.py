@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import uuid
 from enum import StrEnum
 
@@ -44,6 +45,7 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
+    from framework.job import StopSignal
     from framework.refresh import resolve_table
     from silver.quarantine import Selection, discard, replay, sample, summary, unfinished
 
@@ -84,7 +86,9 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         return EXIT_OK
     run_id = lake_run_id() or uuid.uuid4().hex
     context = {"env": project.env.name, "table": table.full_name, "run_id": run_id}
-    done = replay(spark, table, selection, context)
+    stop = StopSignal()  # a replay is one batch: asked to stop, it ends it first, then exits
+    with stop.on_signals(signal.SIGTERM, signal.SIGINT):
+        done = replay(spark, table, selection, context)
     log = get_logger(**context)
     for step in done:
         log.info("silver.quarantine.replayed", replay_id=step.replay_id, rows=step.rows,

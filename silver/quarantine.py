@@ -52,6 +52,7 @@ from framework.delta import (
 )
 from framework.errors import BatchFailedError, UsageError
 from framework.identifiers import quote
+from framework.logging import get_logger
 from framework.microbatch import TableBatches
 from silver.batch import (
     CAST_ERRORS,
@@ -215,6 +216,8 @@ def replay(spark: SparkSession, table: Table, selection: Selection,
     replay_id = current.version
     if read_table(spark, location, version=replay_id).where(where).isEmpty():
         return done
+    get_logger(**log_context).info("silver.quarantine.marking", replay_id=replay_id,
+                                   rule=selection.rule)
     update_rows(spark, location, {STATE: sql_string(QuarantineState.REPLAYING.value),
                                   REPLAY_ID: str(replay_id)}, where, tag=f"{MARKER}:{replay_id}")
     done.append(_send(spark, table, replay_id, log_context))
@@ -239,6 +242,8 @@ def _send(spark: SparkSession, table: Table, replay_id: int, log_context: dict[s
         batch, duplicates = _deduplicated(spark, table, spec, _rows(spark, table, spec, taken),
                                           writer.commits, replay_id)
         _with_replay_column(spark, table)
+        log = get_logger(**log_context, replay_id=replay_id)
+        log.info("silver.quarantine.sending", rows=rows, finishing=finishing)
         try:
             outcome = writer.write(batch.withColumn(REPLAY_ID, F.lit(replay_id).cast("long")),
                                    replay_id)
@@ -251,6 +256,7 @@ def _send(spark: SparkSession, table: Table, replay_id: int, log_context: dict[s
             raise
     finally:
         taken.unpersist()
+    log.info("silver.quarantine.finishing", rows_written=outcome.written)
     update_rows(spark, location, {STATE: sql_string(QuarantineState.REPLAYED.value)},
                 f"{quote(REPLAY_ID)} = {replay_id} AND {quote(STATE)} = "
                 f"{sql_string(QuarantineState.REPLAYING.value)}", tag=f"{DONE}:{replay_id}")
