@@ -1,17 +1,21 @@
-"""The cost of a ``unique`` check per micro-batch: the framework's silver job with
-``checks: [{unique: [order_id]}]`` against a hand-written query doing the same work, and
-against the same job without the check.
+"""The cost of the table-level checks judged per micro-batch, ``unique`` and ``references``:
+the framework's silver job with each check against a hand-written query doing the same work,
+and against the same job without a check.
 
 A silver table (append mode) holds ``--table-rows`` orders before the run (order ids growing
 with time, ``o0000000000``...; written by ``spark.range`` in commits of one file each, a
 million rows at most and ten commits at least, sorted by the key, so Delta's file statistics
-tell which files can hold a batch's keys). An upstream (bronze-like) Delta table gets
-``--batches`` commits of ``--batch-rows`` rows each (one file per commit: one micro-batch per
-commit with ``max_files_per_trigger: 1``): new order ids following the table's, about 1% of
-ids already in the table (re-sent from the batch before, or from the table's newest rows for
-the first batch) and about 0.5% of ids twice in the batch (the copy an hour later in event
-time). Three sides, each on its own copy of the pre-filled table (the folder copied), read the
-same upstream commits:
+tell which files can hold a batch's keys). A dimension, ``silver.customers``, holds
+``--dim-rows`` customer ids (``c00000000``...; a tenth of ``--table-rows`` by default: a
+million at full size). An upstream (bronze-like) Delta table gets ``--batches`` commits of
+``--batch-rows`` rows each (one file per commit: one micro-batch per commit with
+``max_files_per_trigger: 1``): new order ids following the table's, about 1% of ids already in
+the table (re-sent from the batch before, or from the table's newest rows for the first batch)
+and about 0.5% of ids twice in the batch (the copy an hour later in event time). Each order's
+customer id is a key of the dimension spread over all of it, but for 3% of the orders (the
+ids ending in 00, 01 or 02 of each hundred), whose customer id (``n...``) the dimension lacks.
+Five sides, each on its own copy of the pre-filled table (the folder copied), read the same
+upstream commits:
 
 - ``framework unique``: :class:`~silver.job.SilverJob`, ``checks: [{unique: [order_id]}]``
   (quarantine): each batch reads the table at its current Delta version within the batch's
@@ -22,22 +26,36 @@ same upstream commits:
   join on the key and a ``row_number`` within the batch (by event time, then the row's JSON)
   mark the duplicates; the good rows and the quarantined ones (as JSON) appended exactly once
   (Delta's ``txnAppId``/``txnVersion``);
-- ``framework no check``: the same job and spec without ``checks`` (Delta's streaming sink).
+- ``framework no check``: the same job and spec without ``checks`` (Delta's streaming sink);
+- ``framework references``: the same job with ``checks: [{references: {column: customer_id,
+  table: customers}, action: quarantine}]``: each batch reads the dimension at its current
+  version (noted in the batch's commit), marks the rows whose customer id it lacks by a left
+  join on its distinct keys, quarantines them, appends the rest, and records one row in
+  ``<ops>.quality``;
+- ``hand references``: the same by hand in ``foreachBatch``: the dimension's distinct keys at
+  its current version, a left join marking the rows without a match, the marked batch cached,
+  the good rows and the missing ones (as JSON) appended exactly once.
 
-Each side first runs a warm-up (two batches of 1,000 rows over a table of 20,000) on tables of
-its own. Seconds per batch are measured the same way for all sides: the median gap between the
-starts of consecutive micro-batches (Spark's progress reports for the hand-written query, the
-run history ``ops.runs`` for the framework's, as in ``bench/batch_overhead.py``), so each gap
-holds everything one batch costs. Both unique sides must end with the same row count and the
-same quarantined rows (order id and quantity), all of them the ones the data was built with.
+Each side first runs a warm-up (two batches of 1,000 rows over a table of 20,000 and a
+dimension of 2,000) on tables of its own. Seconds per batch are measured the same way for all
+sides: the median gap between the starts of consecutive micro-batches (Spark's progress
+reports for the hand-written queries, the run history ``ops.runs`` for the framework's, as in
+``bench/batch_overhead.py``), so each gap holds everything one batch costs. Both sides of a
+check must end with the same row count and the same quarantined rows (order id and quantity),
+all of them the ones the data was built with.
 
     python bench/quality.py [--table-rows 10000000] [--batch-rows 100000] [--batches 5]
+                            [--dim-rows 1000000]
 
 It prints the framework's per-step medians (milliseconds per batch, from ``ops.runs``'s
-``durations_ms``). The last line is one JSON object: ``framework_unique_s``, ``hand_unique_s``,
-``framework_no_check_s`` (seconds per batch), ``check_cost_s`` = framework unique - no check,
-``ratio`` = hand-written / framework seconds per batch with the check (1 or more: the
-framework costs nothing over the hand-written query), the rows each side quarantined.
+``durations_ms``). The last line is one JSON object: seconds per batch of each side
+(``framework_unique_s``, ``hand_unique_s``, ``framework_no_check_s``,
+``framework_references_s``, ``hand_references_s``), each check's cost per batch over the job
+without it (``check_cost_s``: unique, ``references_cost_s``), ``ratio`` = hand-written /
+framework seconds per batch with the unique check (as before the references sides came: its
+figures stay comparable), ``ratio_references`` the same for the references check, and
+``ratio_min`` the lower of the two (1 or more: the framework costs nothing over the
+hand-written query), the rows each side quarantined.
 """
 
 from __future__ import annotations
@@ -66,12 +84,16 @@ from silver.job import SilverJob
 
 SCHEMA = "order_id STRING, customer_id STRING, quantity INT, event_time TIMESTAMP"
 COLUMNS = ["order_id", "customer_id", "quantity", "event_time"]
+DIM_SCHEMA = "customer_id STRING, segment STRING"
 CHECK = "unique_order_id"
+REF_CHECK = "customer_id_in_customers"
 FILE_ROWS = 1_000_000  # the most rows of one pre-fill commit (one file)
 MIN_FILES = 10  # the fewest pre-fill commits, whatever the table's size
 AGAIN_SHARE = 0.01  # ids of a batch already in the table
 TWICE_SHARE = 0.005  # ids twice in a batch
-WARM_TABLE, WARM_ROWS, WARM_BATCHES = 20_000, 1_000, 2
+MISSING_OF_100 = 3  # ids (of each hundred) whose customer the dimension lacks
+SPREAD = 7919  # a prime: consecutive orders' customers spread over the whole dimension
+WARM_TABLE, WARM_ROWS, WARM_BATCHES, WARM_DIM = 20_000, 1_000, 2, 2_000
 
 
 def struct(ddl: str) -> StructType:
@@ -80,30 +102,47 @@ def struct(ddl: str) -> StructType:
     return schema
 
 
-def orders(ids: DataFrame, *, seconds: Column | None = None, quantity: Column | None = None
-           ) -> DataFrame:
+def missing(ident: int) -> bool:
+    """Whether the order ``ident``'s customer is one the dimension lacks."""
+    return ident % 100 < MISSING_OF_100
+
+
+def orders(ids: DataFrame, customers: int, *, seconds: Column | None = None,
+           quantity: Column | None = None) -> DataFrame:
     """Order rows for the ids of ``ids`` (its column ``id``): the event time ``seconds`` (the
-    id's own by default) after 2026-11-01."""
+    id's own by default) after 2026-11-01; the customer one of the dimension's ``customers``
+    keys, or (:func:`missing`) one it lacks."""
     ident = F.col("id")
     seconds = ident if seconds is None else seconds
+    customer = F.when(F.pmod(ident, F.lit(100)) < MISSING_OF_100,
+                      F.format_string("n%010d", ident)) \
+        .otherwise(F.format_string("c%08d", F.pmod(ident * SPREAD, F.lit(customers))))
     return ids.select(
         F.format_string("o%010d", ident).alias("order_id"),
-        F.format_string("c%05d", ident % 997).alias("customer_id"),
+        customer.alias("customer_id"),
         ((ident % 9) + 1).cast("int").alias("quantity") if quantity is None
         else quantity.cast("int").alias("quantity"),
         F.timestamp_seconds(F.lit(1793491200) + seconds).alias("event_time"))
 
 
-def prefill(spark: SparkSession, location: str, rows: int) -> int:
+def prefill(spark: SparkSession, location: str, rows: int, customers: int) -> int:
     """The table at ``location``: ``rows`` orders in commits of one file each, sorted by key;
     returns the number of commits."""
     DeltaTable.createIfNotExists(spark).location(location) \
         .addColumns(struct(SCHEMA)).execute()
     step = min(FILE_ROWS, -(-rows // MIN_FILES))
     for start in range(0, rows, step):
-        orders(spark.range(start, min(rows, start + step), numPartitions=1)) \
+        orders(spark.range(start, min(rows, start + step), numPartitions=1), customers) \
             .write.format("delta").mode("append").save(location)
     return len(range(0, rows, step))
+
+
+def dimension(spark: SparkSession, location: str, rows: int) -> None:
+    """The dimension at ``location``: ``rows`` customers, one commit, a file per million."""
+    spark.range(rows, numPartitions=max(1, -(-rows // FILE_ROWS))).select(
+        F.format_string("c%08d", F.col("id")).alias("customer_id"),
+        F.format_string("s%d", F.col("id") % 7).alias("segment"),
+    ).write.format("delta").mode("overwrite").save(location)
 
 
 def batch_sizes(rows: int) -> tuple[int, int, int]:
@@ -113,31 +152,38 @@ def batch_sizes(rows: int) -> tuple[int, int, int]:
 
 
 def build_upstream(spark: SparkSession, location: str, table_rows: int, batch_rows: int,
-                   batches: int) -> list[tuple[str, int]]:
+                   batches: int, customers: int
+                   ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """One commit (one file) per batch; returns the rows each side should quarantine, as
-    (order id, quantity)."""
+    (order id, quantity): for the unique check, and for the references check."""
     new, again, twice = batch_sizes(batch_rows)
     if 3 * again > new or 2 * twice > new or batch_rows > table_rows:
         raise SystemExit(f"expected --batch-rows ({batch_rows}) at most --table-rows "
                          f"({table_rows}) and at least 100")
     expected: list[tuple[str, int]] = []
+    unknown: list[tuple[str, int]] = []
     for b in range(batches):
         start = table_rows + b * batch_rows  # the batch's first new id
         now = F.lit(start + new)  # the batch's newest event time (seconds)
-        fresh = orders(spark.range(start, start + new, numPartitions=1))
+        fresh = orders(spark.range(start, start + new, numPartitions=1), customers)
         # ids of the batch before (of the pre-filled table's newest, for the first), sent again
         resent = orders(spark.range(again, numPartitions=1)
                         .select((F.lit(start - batch_rows) + F.col("id") * 3).alias("id")),
-                        seconds=now, quantity=F.lit(20))
+                        customers, seconds=now, quantity=F.lit(20))
         # ids of this batch, the copy an hour later: the first is kept
         copies = orders(spark.range(twice, numPartitions=1)
                         .select((F.lit(start) + F.col("id") * 2).alias("id")),
-                        seconds=F.col("id") + 3600, quantity=F.lit(10))
+                        customers, seconds=F.col("id") + 3600, quantity=F.lit(10))
         fresh.unionByName(resent).unionByName(copies).coalesce(1) \
             .write.format("delta").mode("append").save(location)
-        expected += [(f"o{start - batch_rows + 3 * i:010d}", 20) for i in range(again)]
-        expected += [(f"o{start + 2 * i:010d}", 10) for i in range(twice)]
-    return sorted(expected)
+        resent_ids = [start - batch_rows + 3 * i for i in range(again)]
+        copy_ids = [start + 2 * i for i in range(twice)]
+        expected += [(f"o{i:010d}", 20) for i in resent_ids]
+        expected += [(f"o{i:010d}", 10) for i in copy_ids]
+        unknown += [(f"o{i:010d}", i % 9 + 1) for i in range(start, start + new) if missing(i)]
+        unknown += [(f"o{i:010d}", 20) for i in resent_ids if missing(i)]
+        unknown += [(f"o{i:010d}", 10) for i in copy_ids if missing(i)]
+    return sorted(expected), sorted(unknown)
 
 
 def current_version(spark: SparkSession, location: str) -> int:
@@ -146,16 +192,43 @@ def current_version(spark: SparkSession, location: str) -> int:
     return int(row["version"])
 
 
-def hand_unique(spark: SparkSession, side: HandSide, upstream: str
-                ) -> tuple[float, list[float]]:
-    """The check by hand: the table's keys in the batch's range at its current version, a left
-    join and a row number within the batch; good and quarantined rows appended exactly once."""
+def quarantine_table(spark: SparkSession, side: HandSide) -> str:
     quarantine = str(side.out / "quarantine")
     DeltaTable.createIfNotExists(spark).location(quarantine).addColumns(struct(
         "_row STRING, _failed_rules ARRAY<STRING>, _batch_id BIGINT, _quarantined_at TIMESTAMP"
     )).execute()
-    stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(upstream) \
+    return quarantine
+
+
+def write_marked(marked: DataFrame, flag: str, check: str, side: HandSide, quarantine: str,
+                 batch_id: int) -> None:
+    """The rows of the cached ``marked`` batch: those without ``flag`` appended to the table,
+    those with it to the quarantine (as JSON, naming ``check``), each exactly once."""
+    broken = marked.where(flag).count()
+    (marked.where(~F.col(flag)).select(*COLUMNS).write.format("delta")
+     .mode("append").option("txnAppId", f"hand-{check}")
+     .option("txnVersion", batch_id).save(side.table))
+    if broken:
+        (marked.where(flag).select(
+            F.to_json(F.struct(*COLUMNS)).alias("_row"),
+            F.array(F.lit(check)).alias("_failed_rules"),
+            F.lit(batch_id).cast("long").alias("_batch_id"),
+            F.current_timestamp().alias("_quarantined_at"))
+         .write.format("delta").mode("append")
+         .option("txnAppId", f"hand-{check}-quarantine")
+         .option("txnVersion", batch_id).save(quarantine))
+
+
+def upstream_stream(spark: SparkSession, upstream: str) -> DataFrame:
+    return spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(upstream) \
         .select(*COLUMNS)
+
+
+def hand_unique(spark: SparkSession, side: HandSide, upstream: str
+                ) -> tuple[float, list[float]]:
+    """The check by hand: the table's keys in the batch's range at its current version, a left
+    join and a row number within the batch; good and quarantined rows appended exactly once."""
+    quarantine = quarantine_table(spark, side)
 
     def append(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
@@ -174,33 +247,44 @@ def hand_unique(spark: SparkSession, side: HandSide, upstream: str
                                   & ((F.col("_rank") > 1) | F.col("_seen").isNotNull()))
                       .select(*COLUMNS, "_dup").persist())
             try:
-                duplicates = marked.where("_dup").count()
-                (marked.where(~F.col("_dup")).select(*COLUMNS).write.format("delta")
-                 .mode("append").option("txnAppId", "hand-unique")
-                 .option("txnVersion", batch_id).save(side.table))
-                if duplicates:
-                    (marked.where("_dup").select(
-                        F.to_json(F.struct(*COLUMNS)).alias("_row"),
-                        F.array(F.lit(CHECK)).alias("_failed_rules"),
-                        F.lit(batch_id).cast("long").alias("_batch_id"),
-                        F.current_timestamp().alias("_quarantined_at"))
-                     .write.format("delta").mode("append")
-                     .option("txnAppId", "hand-unique-quarantine")
-                     .option("txnVersion", batch_id).save(quarantine))
+                write_marked(marked, "_dup", CHECK, side, quarantine, batch_id)
             finally:
                 marked.unpersist()
         finally:
             batch.unpersist()
 
-    return side.run(stream, append)
+    return side.run(upstream_stream(spark, upstream), append)
 
 
-def quarantined(spark: SparkSession, location: str) -> list[tuple[str, int]]:
+def hand_references(spark: SparkSession, side: HandSide, upstream: str, customers: str
+                    ) -> tuple[float, list[float]]:
+    """The check by hand: the dimension's distinct keys at its current version, a left join
+    marking the rows whose customer has no match; good and missing rows appended exactly
+    once."""
+    quarantine = quarantine_table(spark, side)
+
+    def append(batch: DataFrame, batch_id: int) -> None:
+        version = current_version(spark, customers)
+        known = (spark.read.format("delta").option("versionAsOf", version).load(customers)
+                 .select("customer_id").distinct().withColumn("_known", F.lit(True)))
+        marked = (batch.join(known, on="customer_id", how="left")
+                  .withColumn("_missing", F.col("customer_id").isNotNull()
+                              & F.col("_known").isNull())
+                  .select(*COLUMNS, "_missing").persist())
+        try:
+            write_marked(marked, "_missing", REF_CHECK, side, quarantine, batch_id)
+        finally:
+            marked.unpersist()
+
+    return side.run(upstream_stream(spark, upstream), append)
+
+
+def quarantined(spark: SparkSession, location: str, check: str) -> list[tuple[str, int]]:
     rows = spark.read.format("delta").load(location).select(
         F.get_json_object("_row", "$.order_id"),
         F.get_json_object("_row", "$.quantity").cast("int"), "_failed_rules").collect()
-    if any(list(r[2]) != [CHECK] for r in rows):
-        raise SystemExit(f"expected every quarantined row to name {CHECK}, found "
+    if any(list(r[2]) != [check] for r in rows):
+        raise SystemExit(f"expected every quarantined row to name {check}, found "
                          f"{sorted({tuple(r[2]) for r in rows})}")
     return sorted((r[0], r[1]) for r in rows)
 
@@ -209,58 +293,85 @@ def local(location: str) -> str:
     return location.removeprefix("file:")
 
 
+# The sides, in the order they run: (name, the check, the silver table of a framework side).
+SIDES: tuple[tuple[str, str | None, str | None], ...] = (
+    ("framework unique", CHECK, "unique"), ("hand unique", CHECK, None),
+    ("framework no check", None, "plain"),
+    ("framework references", REF_CHECK, "refs"), ("hand references", REF_CHECK, None))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table-rows", type=int, default=10_000_000)
     parser.add_argument("--batch-rows", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--dim-rows", type=int, default=None,
+                        help="the dimension's keys (default: a tenth of --table-rows)")
     args = parser.parse_args()
     if args.batches < 2:
         raise SystemExit(f"expected --batches of 2 or more (a gap between batches' starts), "
                          f"found {args.batches}")
+    dim_rows = args.dim_rows if args.dim_rows is not None else max(1, args.table_rows // 10)
+    if dim_rows < 1:
+        raise SystemExit(f"expected --dim-rows of 1 or more, found {dim_rows}")
 
     lake = BenchLakehouse("quality", shuffle_partitions=2)
     spark = lake.spark
     for name in ("orders", "warm"):  # the upstream tables, registered as bronze feeds
         lake.write(f"tables/bronze/{name}.yaml", {"source": {
             "path": f"landing/{name}", "format": "json", "schema": SCHEMA}})
+    lake.write("tables/bronze/customers.yaml", {"source": {
+        "path": "landing/customers", "format": "json", "schema": DIM_SCHEMA}})
     for tag, source in (("", "orders"), ("_warm", "warm")):
         base = {"source": {"table": source, "max_files_per_trigger": 1},
                 "event_time": "event_time"}
+        lake.write(f"tables/silver/customers{tag}.yaml", {"source": {"table": "customers"}})
         lake.write(f"tables/silver/unique{tag}.yaml",
                    {**base, "checks": [{"unique": ["order_id"], "action": "quarantine"}]})
+        lake.write(f"tables/silver/refs{tag}.yaml", {**base, "checks": [{
+            "references": {"column": "customer_id", "table": f"customers{tag}"},
+            "action": "quarantine", "name": REF_CHECK}]})
         lake.write(f"tables/silver/plain{tag}.yaml", base)
     project = lake.project()
 
     runs: dict[str, dict[str, Any]] = {}
     quarantine_counts: dict[str, int] = {}
     table_counts: dict[str, int] = {}
-    for tag, source, table_rows, batch_rows, batches in (
-            ("_warm", "warm", WARM_TABLE, WARM_ROWS, WARM_BATCHES),
-            ("", "orders", args.table_rows, args.batch_rows, args.batches)):
+    for tag, source, table_rows, batch_rows, batches, customers in (
+            ("_warm", "warm", WARM_TABLE, WARM_ROWS, WARM_BATCHES, WARM_DIM),
+            ("", "orders", args.table_rows, args.batch_rows, args.batches, dim_rows)):
         seed = str(lake.work / f"seed{tag}")
         started = time.perf_counter()
-        commits = prefill(spark, seed, table_rows)
+        commits = prefill(spark, seed, table_rows, customers)
+        dim = project.table(f"customers{tag}", Layer.SILVER).location
+        dimension(spark, dim, customers)
         upstream = project.table(source, Layer.BRONZE).location
-        expected = build_upstream(spark, upstream, table_rows, batch_rows, batches)
+        expected = dict(zip((CHECK, REF_CHECK), build_upstream(
+            spark, upstream, table_rows, batch_rows, batches, customers), strict=True))
         if not tag:
-            print(f"pre-filled {table_rows:,} rows in {commits} commits, {batches} upstream "
-                  f"commits of {batch_rows:,} rows ({time.perf_counter() - started:.1f}s)",
-                  flush=True)
-        hand = HandSide(lake.work, f"hand{tag}")
-        for location in (project.table(f"unique{tag}", Layer.SILVER).location,
-                         project.table(f"plain{tag}", Layer.SILVER).location, hand.table):
+            print(f"pre-filled {table_rows:,} rows in {commits} commits, a dimension of "
+                  f"{customers:,} keys, {batches} upstream commits of {batch_rows:,} rows "
+                  f"({time.perf_counter() - started:.1f}s)", flush=True)
+        hands = {name: HandSide(lake.work, name.replace(" ", "_") + tag)
+                 for name, _, silver in SIDES if silver is None}
+        tables = {name: project.table(f"{silver}{tag}", Layer.SILVER).location
+                  if silver is not None else hands[name].table for name, _, silver in SIDES}
+        quarantines = {name: project.table(f"{silver}{tag}", Layer.SILVER)
+                       .companion_location("quarantine")
+                       if silver is not None else str(hands[name].out / "quarantine")
+                       for name, check, silver in SIDES if check is not None}
+        for location in tables.values():
             shutil.copytree(seed, local(location))
-        sides = {"framework unique": f"unique{tag}", "hand unique": None,
-                 "framework no check": f"plain{tag}"}
         line = []
-        for name, silver in sides.items():
+        for name, check, silver in SIDES:
             steps: dict[str, list[int]] = {}
-            if silver is None:
-                elapsed, between = hand_unique(spark, hand, upstream)
+            if silver is not None:
+                elapsed, between, steps, _ = framework_side(spark, lake, Layer.SILVER,
+                                                            f"{silver}{tag}", SilverJob)
+            elif check == CHECK:
+                elapsed, between = hand_unique(spark, hands[name], upstream)
             else:
-                elapsed, between, steps, _ = framework_side(spark, lake, Layer.SILVER, silver,
-                                                            SilverJob)
+                elapsed, between = hand_references(spark, hands[name], upstream, dim)
             if len(between) != batches - 1:
                 raise SystemExit(f"expected {batches} batches of {name}, found "
                                  f"{len(between) + 1}")
@@ -270,48 +381,58 @@ def main() -> None:
                     step: statistics.median(ms) for step, ms in sorted(steps.items())}}
         print(("warm-up: " if tag else "run: ") + ", ".join(line), flush=True)
 
-        unique = project.table(f"unique{tag}", Layer.SILVER)
-        rows = {"framework unique": spark.read.format("delta").load(unique.location).count(),
-                "hand unique": spark.read.format("delta").load(hand.table).count(),
-                "framework no check": spark.read.format("delta").load(
-                    project.table(f"plain{tag}", Layer.SILVER).location).count()}
-        kept = {"framework unique": quarantined(spark, unique.companion_location("quarantine")),
-                "hand unique": quarantined(spark, str(hand.out / "quarantine"))}
-        want = {"framework unique": table_rows + batches * batch_rows - len(expected),
-                "hand unique": table_rows + batches * batch_rows - len(expected),
-                "framework no check": table_rows + batches * batch_rows}
-        print(f"  rows: {rows}; quarantined: framework {len(kept['framework unique'])}, "
-              f"hand-written {len(kept['hand unique'])} (expected {len(expected)}), the first: "
-              f"{kept['framework unique'][:3]}", flush=True)
+        rows = {name: spark.read.format("delta").load(location).count()
+                for name, location in tables.items()}
+        kept = {name: quarantined(spark, quarantines[name], check)
+                for name, check, _ in SIDES if check is not None}
+        total = table_rows + batches * batch_rows
+        want = {name: total - (len(expected[check]) if check is not None else 0)
+                for name, check, _ in SIDES}
+        print(f"  rows: {rows}; quarantined: "
+              + ", ".join(f"{name} {len(keys)}" for name, keys in kept.items())
+              + f" (expected unique {len(expected[CHECK])}, references "
+              f"{len(expected[REF_CHECK])}); the first: "
+              f"{kept['framework unique'][:2]}, {kept['framework references'][:2]}", flush=True)
         if rows != want:
             raise SystemExit(f"expected the rows {want}, found {rows}")
-        for name, keys in kept.items():
-            if keys != expected:
-                missing = sorted(set(expected) - set(keys))[:5]
-                extra = sorted(set(keys) - set(expected))[:5]
-                raise SystemExit(f"expected {name} to quarantine {len(expected)} rows, found "
-                                 f"{len(keys)} (missing {missing}, not expected {extra})")
+        for name, check, _ in SIDES:
+            if check is None:
+                continue
+            keys, wanted = kept[name], expected[check]
+            if keys != wanted:
+                absent = sorted(set(wanted) - set(keys))[:5]
+                extra = sorted(set(keys) - set(wanted))[:5]
+                raise SystemExit(f"expected {name} to quarantine {len(wanted)} rows, found "
+                                 f"{len(keys)} (missing {absent}, not expected {extra})")
         if not tag:
             quarantine_counts = {name: len(keys) for name, keys in kept.items()}
             table_counts = rows
 
     median = {name: round(statistics.median(r["gaps"]), 3) for name, r in runs.items()}
     for name, seconds in median.items():
-        print(f"{name:20s} {seconds:.3f} s per batch")
+        print(f"{name:22s} {seconds:.3f} s per batch")
     for name, r in runs.items():
         if r["steps"]:  # (the framework's, from ops.runs)
             print(f"{name} steps (median ms per batch): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in r["steps"].items()))
     spark.stop()
     shutil.rmtree(lake.work, ignore_errors=True)
+    ratio = round(median["hand unique"] / median["framework unique"], 3)
+    ratio_references = round(median["hand references"] / median["framework references"], 3)
     print(json.dumps({
         "benchmark": "quality", "table_rows": args.table_rows, "batch_rows": args.batch_rows,
-        "batches": args.batches, "measure": "median gap between batch starts",
+        "batches": args.batches, "dim_rows": dim_rows,
+        "measure": "median gap between batch starts",
         "framework_unique_s": median["framework unique"],
         "hand_unique_s": median["hand unique"],
         "framework_no_check_s": median["framework no check"],
+        "framework_references_s": median["framework references"],
+        "hand_references_s": median["hand references"],
         "check_cost_s": round(median["framework unique"] - median["framework no check"], 3),
-        "ratio": round(median["hand unique"] / median["framework unique"], 3),
+        "references_cost_s": round(median["framework references"]
+                                   - median["framework no check"], 3),
+        "ratio": ratio, "ratio_references": ratio_references,
+        "ratio_min": min(ratio, ratio_references),
         "quarantined": quarantine_counts, "table_rows_after": table_counts,
         "seconds": {name: round(r["elapsed"], 1) for name, r in runs.items()},
         "framework_steps_ms": {name: r["steps"] for name, r in runs.items() if r["steps"]},
