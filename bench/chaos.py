@@ -15,7 +15,10 @@ delivery also lands:
 
 Every delivery, the first too, also lands a full extract of the stores (``store_snapshots``:
 each leaves out another fifth of them, which come back in the next one, and moves or renames a
-few), kept as SCD type 2 by change data derived from snapshot to snapshot.
+few), kept as SCD type 2 by change data derived from snapshot to snapshot. After the slices, the
+demo's later delivery lands on its own (the offline till's late file, and the row of the store
+that opened for the feed's last day): silver.orders held that store's orders in
+``orders_held``, and releases them in that delivery's runs.
 
 The tables are the demo's (its customers kept as SCD type 2, and a mart joining the version
 valid at each order's time), plus what the demo leaves out: its regional mart materialized, a
@@ -32,7 +35,8 @@ lake's lease, a file delivered again under a used name being set aside (customer
 ``redelivery: skip``: between its ledger row and its move) or renamed to be ingested (orders),
 a bronze query's first listing, mid-batch, a schema change (the table altered, the history not
 yet written), between a bronze commit and its ledger commit, a batch's moves of its files (after
-its ledger commit), the ledger's replace (a move refused: with ``--faults`` only), a silver
+its ledger commit), the ledger's replace (a move refused: with ``--faults`` only), the release of
+held orders (their append to silver.orders, then their removal from ``orders_held``), a silver
 MERGE, an SCD2 table's change log and MERGE (``customers``), the same for changes derived
 from snapshots (``store_snapshots``), a gold MERGE, a gold append, a
 mart's rewrite, and a moment drawn over the clean run's duration.
@@ -64,17 +68,17 @@ they must settle every file left behind.
 
 Then the two roots must hold the same lake:
 
-* every Delta table (bronze, its quarantine and file ledger, silver, its quarantine and change
-  logs, gold, the materialized marts) row for row, with chispa, leaving out the columns that
-  record when a row was ingested and where the root is;
+* every Delta table (bronze, its quarantine and file ledger, silver, its quarantine, held rows
+  and change logs, gold, the materialized marts) row for row, with chispa, leaving out the
+  columns that record when a row was ingested or held and where the root is;
 * bronze's rows per order id as many as the clean run's (``lost``, ``duplicated``);
 * landing drained, and the same files archived and quarantined;
 * the run history (``ops/runs``, which differs by run ids and times, so it is not compared
   row for row) holding exactly one row per committed batch of every query, however often
   the driver was killed: no batch without its row, none with two (``history_mismatches``);
 * the summaries' counts adding up: in every completed run, each silver table's rows in = rows
-  written + duplicates + late + dropped + quarantined; over the clean runs, silver's rows in =
-  bronze's rows.
+  written + duplicates + late + dropped + quarantined + held; over the clean runs, silver's rows
+  in = bronze's rows.
 
 Any difference is printed with the seed, the phases and the kill times, so it can be replayed.
 The last line is one JSON object: ``kills``, ``restarts``, ``lost``, ``duplicated``,
@@ -107,9 +111,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-# Columns whose values depend on when a row was ingested or on the root's path.
+# Columns whose values depend on when a row was ingested (or held) or on the root's path.
 VOLATILE = {"_ingested_at", "_source_file", "_quarantined_at", "ingested_at", "updated_at",
             "path", "location", "_commit_version", "_commit_timestamp", "recorded_at",
+            "_held_at",
             "_source_row"}  # (a silver quarantine's source row: bronze's row, ingestion too)
 # Which files a bronze batch takes is Spark's file source's to decide: a kill after it logged
 # its next files (``sources/0/N``) and before the query logged the batch (``offsets/N``) gives,
@@ -151,6 +156,8 @@ PHASES = [  # in the pipeline's order
     Phase("bronze-ledger", "bronze.batch.appended", 0.4),
     Phase("archiving", "bronze.files.settling", 0.15),
     Phase("ledger-replace", "bronze.ledger.replacing", 0.6, faults=True),
+    # (silver.orders' orders held for a store that came later, written before its query)
+    Phase("release", "silver.held.releasing", 2.0, "orders", needs=("orders",), first=2),
     Phase("silver-merge", "silver.batch.merging", 1.0, needs=("stores",)),
     Phase("scd2-merge", "silver.changes.applying", 1.5, "customers", needs=("customers",)),
     Phase("snapshot-merge", "silver.changes.applying", 1.5, "store_snapshots",
@@ -266,6 +273,11 @@ def write_tables(work: Path, only: set[str] | None = None) -> None:
     for spec in tables.rglob("*.yaml"):
         if only is not None and spec.stem not in only:
             spec.unlink()
+    orders = tables / "silver" / "orders.yaml"
+    if orders.exists() and not (tables / "silver" / "stores.yaml").exists():
+        spec = yaml.safe_load(orders.read_text())  # its orders held for stores: none to read
+        spec.pop("checks", None)
+        orders.write_text(yaml.safe_dump(spec, sort_keys=False))
 
 
 def write_env(work: Path, lake: Lake, faults: dict[str, str] | None = None) -> None:
@@ -899,7 +911,7 @@ def summary_mismatches(spark: Any, clean: Lake, chaos: Lake) -> list[str]:
                     continue  # not silver, or it did not finish
                 parts = sum(counts.get(k, 0) for k in (
                     "rows_out", "duplicates_dropped", "late_rows_dropped", "dropped_rows",
-                    "quarantined_rows"))
+                    "quarantined_rows", "held_rows"))
                 if counts["rows_in"] != parts:
                     wrong.append(f"{lake.name} run {run['run_id']}: {t['table']} rows in "
                                  f"{counts['rows_in']} != {parts}")
@@ -963,6 +975,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     write_tables(work, set(args.tables.split(",")) if args.tables else None)
     for lake in (clean, chaos, Lake("feed", feed)):
         write_env(work, lake)
+    from examples.retail.demo import LATER
     from framework.cli import main as medallion
 
     if medallion(["demo", "--generate-only", "--orders", str(args.orders), "--files",
@@ -992,15 +1005,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     fault_seed = args.seed * 1000
     pending: list[Interruption] = []
     done: list[Interruption] = []
-    names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()}
+    # The demo's later delivery (the offline till's file, the new store's row), last and on
+    # its own: silver.orders releases then the orders it held for the store.
+    final = sorted(p for p in (feed / LATER).rglob("*") if p.is_file())
+    names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()} | \
+        {p.name for p in final}
     delivered: list[list[Path]] = []
     restarts = d = 0
-    while slices:
-        if pending or plan:
-            files, slices = slices[0], slices[1:]
-        else:  # nothing left to interrupt: the rest in one delivery
-            files, slices = [f for part in slices for f in part], []
-        deliver(files, feed, [clean.root, chaos.root])
+    while slices or final:
+        if not slices:
+            files, final = final, []
+            deliver(files, feed / LATER, [clean.root / "landing", chaos.root / "landing"])
+        else:
+            if pending or plan:
+                files, slices = slices[0], slices[1:]
+            else:  # nothing left to interrupt: the rest in one delivery
+                files, slices = [f for part in slices for f in part], []
+            deliver(files, feed, [clean.root, chaos.root])
         if d > 0:  # files sent again under names already ingested; dimensions changed
             deliver(sent_again([*delivered, files], feed, work / "again", d),
                     work / "again" / f"{d}", [clean.root, chaos.root])

@@ -9,42 +9,42 @@ The retail feed (examples/retail/demo.py: malformed lines, a gzip file cut short
 and re-delivered orders, a late delivery held back) is generated once; each round copies it
 into a fresh root per side, and the order of the sides alternates (framework, SDP, SDP equal
 work in odd rounds, the reverse in even ones). Every side runs the same tables, twice, as
-``medallion demo`` does: once on the landed feed, then again after the offline till's late
-file lands (``examples.retail.demo.deliver_later``):
+``medallion demo`` does: once on the landed feed, then again after the later delivery lands
+(the offline till's late file and a new store's row, ``examples.retail.demo.deliver_later``):
 
 * **framework**: ``medallion run all`` with bronze.orders, silver.orders, gold.store_sales,
-  bronze.stores and silver.stores (the repository's conf/, the local default), then
-  bronze.orders, silver.orders and gold.store_sales again. Timed by each run's own
-  ``duration_s`` (its summary): the runs from the first table's start to the last one's end,
-  without Spark's start.
+  bronze.stores and silver.stores (the repository's conf/, the local default), then the same
+  tables again (silver.orders releases the orders it held for the new store). Timed by each
+  run's own ``duration_s`` (its summary): the runs from the first table's start to the last
+  one's end, without Spark's start.
 * **SDP**: a pipeline written into the round's root at run time (``spark-pipeline.yml``, one
   Python file, a ``spark-defaults.conf`` in ``SPARK_CONF_DIR`` with Delta's extension, catalog
   and jars as framework/session.py resolves them, a Derby metastore under the root, and
-  ``spark.sql.files.ignoreCorruptFiles``): a streaming table ``orders`` reading the landing
-  JSON itself (typed, filtered and deduplicated within a 2-day watermark as silver.orders is),
-  a materialized view ``store_sales`` (orders, items and revenue per store and day, as
+  ``spark.sql.files.ignoreCorruptFiles``): a streaming table ``orders`` reading the landing JSON
+  itself (typed, filtered and deduplicated within a 2-day watermark as silver.orders is), a
+  materialized view ``store_sales`` (orders, items and revenue per store and day, as
   gold.store_sales) and a materialized view ``stores``; then ``spark-pipelines run --refresh
-  orders,store_sales`` after the late file lands. Timed from the CLI's ``Creating dataflow
-  graph...`` line (the session is up) to its ``Run is COMPLETED.`` line, each line timed as it
-  arrives on the pipe.
+  orders,store_sales,stores`` after the later delivery lands. Timed from the CLI's ``Creating
+  dataflow graph...`` line (the session is up) to its ``Run is COMPLETED.`` line, each line
+  timed as it arrives on the pipe.
 * **SDP, equal work**: the same tables with a bronze table first, as the framework keeps it: a
   streaming table ``bronze_orders`` reading the landing files as text (10 files a batch), each
   line parsed against the feed's schema, the keys outside it rescued as JSON in
   ``_rescued_data``, a malformed line kept whole in ``_corrupt_record``, and the ingestion
   columns ``_source_file``, ``_file_modification_time``, ``_file_size``, ``_ingested_at``;
   ``orders`` reads ``bronze_orders`` as a stream (its well-formed rows, typed, filtered and
-  deduplicated on ``order_id`` within the 2-day watermark), ``store_sales`` and ``stores`` as
-  in SDP. These are two pipelines, run one after the other (bronze, then the rest; on the late
-  file ``--refresh orders,store_sales`` for the second): in one pipeline, a watermark or a
-  deduplication on a stream of a pipeline table fails as the flow is registered (Spark
+  deduplicated on ``order_id`` within the 2-day watermark), ``store_sales`` and ``stores`` as in
+  SDP. These are two pipelines, run one after the other (bronze, then the rest; on the late
+  delivery ``--refresh orders,store_sales,stores`` for the second): in one pipeline, a watermark
+  or a deduplication on a stream of a pipeline table fails as the flow is registered (Spark
   Connect's planner analyses the input of ``withWatermark`` and of
   ``dropDuplicatesWithinWatermark`` at once, before the pipeline has made the table:
-  ``[TABLE_OR_VIEW_NOT_FOUND] The table or view `bronze_orders` cannot be found``; the
-  table's Delta folder read as a stream fails the same way, ``[DELTA_SCHEMA_NOT_SET]``, and
-  would hide the dependency from the pipeline); SQL's ``WATERMARK`` clause registers, but its
-  only deduplication, ``SELECT DISTINCT``, is a streaming aggregation that writes an order
-  once the watermark has passed it, holding back the last two days. Timed as SDP, over the
-  four processes.
+  ``[TABLE_OR_VIEW_NOT_FOUND] The table or view `bronze_orders` cannot be found``; the table's
+  Delta folder read as a stream fails the same way, ``[DELTA_SCHEMA_NOT_SET]``, and would hide
+  the dependency from the pipeline); SQL's ``WATERMARK`` clause registers, but its only
+  deduplication, ``SELECT DISTINCT``, is a streaming aggregation that writes an order once the
+  watermark has passed it, holding back the last two days. Timed as SDP, over the four
+  processes.
 
 The wall clock of every process is printed next to it. After the rounds one Spark session
 reads every side's Delta tables by path and compares them with the framework's: rows per
@@ -91,7 +91,7 @@ from tests.support import REPO, medallion_cmd
 SPARK_PIPELINES = Path(sys.executable).parent / "spark-pipelines"
 FIRST_TABLES = ("bronze.orders", "silver.orders", "gold.store_sales", "bronze.stores",
                 "silver.stores")
-LATER_TABLES = FIRST_TABLES[:3]  # what the late file feeds, as `medallion demo` runs them
+LATER_TABLES = FIRST_TABLES  # what the later delivery feeds, as `medallion demo` runs them
 ORDERS_SCHEMA = ("order_id STRING, customer_id STRING, store_id STRING, event_time TIMESTAMP, "
                  "quantity INT, unit_price DECIMAL(10,2), status STRING")
 STORES_SCHEMA = "store_id STRING, name STRING, region STRING, opened_on DATE"
@@ -344,7 +344,7 @@ def sdp_side(root: Path) -> PipelineRuns:
     folder = write_pipeline(root)
     first = pipeline_run(folder)
     deliver_later(project_at(root))
-    return first + pipeline_run(folder, "--refresh", "orders,store_sales")
+    return first + pipeline_run(folder, "--refresh", "orders,store_sales,stores")
 
 
 def sdp_equal_work_side(root: Path) -> PipelineRuns:
@@ -356,7 +356,8 @@ def sdp_equal_work_side(root: Path) -> PipelineRuns:
                           "bronze_orders, daily store sales and stores.")
     runs = pipeline_run(bronze) + pipeline_run(rest)
     deliver_later(project_at(root))
-    return runs + pipeline_run(bronze) + pipeline_run(rest, "--refresh", "orders,store_sales")
+    return runs + pipeline_run(bronze) + pipeline_run(rest, "--refresh",
+                                                     "orders,store_sales,stores")
 
 
 # ---------------------------------------------------------------------- the comparison

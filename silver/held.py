@@ -93,7 +93,7 @@ def release(spark: SparkSession, table: Table, checks: list[References],
             current = latest_commit(spark, location)
             assert current is not None
             name = current.version
-        done = _release(spark, table, checks, quarantine, name)
+        done = _release(spark, table, checks, quarantine, name, log.bind(finishing=finishing))
         if any(done.values()):
             log.info("silver.held.released", release=name, finishing=finishing, **done)
         for k, v in done.items():
@@ -102,7 +102,7 @@ def release(spark: SparkSession, table: Table, checks: list[References],
 
 
 def _release(spark: SparkSession, table: Table, checks: list[References],
-             quarantine: str | None, name: int) -> dict[str, int]:
+             quarantine: str | None, name: int, log: Any) -> dict[str, int]:
     """Release ``name``: what the held table held at version ``name`` decides, written once."""
     held = read_table(spark, table.companion_location("held"), version=name).persist()
     try:
@@ -110,7 +110,7 @@ def _release(spark: SparkSession, table: Table, checks: list[References],
             return {"released_rows": 0, "expired_rows": 0}
         judged = _judged_by(spark, table, checks, name)
         marked = _marked(spark, held, table, checks, judged)
-        return _write(spark, table, marked, held.columns, quarantine, name, judged)
+        return _write(spark, table, marked, held.columns, quarantine, name, judged, log)
     finally:
         held.unpersist()
 
@@ -158,7 +158,7 @@ def _marked(spark: SparkSession, held: DataFrame, table: Table, checks: list[Ref
 
 
 def _write(spark: SparkSession, table: Table, marked: DataFrame, columns: list[str],
-           quarantine: str | None, name: int, judged: dict[str, str]) -> dict[str, int]:
+           quarantine: str | None, name: int, judged: dict[str, str], log: Any) -> dict[str, int]:
     """The release's three writes, each once (see the module's text)."""
     commits = BatchCommits(spark)
     commits.writer_id, commits.replayable = RELEASER, range(name, name + 1)
@@ -171,6 +171,8 @@ def _write(spark: SparkSession, table: Table, marked: DataFrame, columns: list[s
         assert row is not None
         if not row["batches"]:
             return {"released_rows": 0, "expired_rows": 0}
+        log.info("silver.held.releasing", release=name, ready_rows=int(row["ready"]),
+                 expired_rows=int(row["expired"]), batches=len(row["batches"]))
         rows = [c for c in columns if c not in (HELD_BY, HELD_AT, HELD_IN)]
         note = ";".join(f"{k}={v}" for k, v in sorted(judged.items()))
         commits.append(marked.where("_ready").select(*rows), table.location, name, note=note)

@@ -609,8 +609,8 @@ def test_the_demo_over_connect_writes_what_the_classic_demo_writes(
     assert over_connect["segments"]["rows"] == classic["segments"]["rows"]
     scans = {s["table"]: (s["partitions_read"], s["partitions_total"])
              for s in over_connect["query"]["pruning"]["scans"]}
-    assert scans["spark_catalog.gold.store_sales"] == (3, 12)
-    assert "read 3 of 12 partitions" in out
+    assert scans["spark_catalog.gold.store_sales"] == (4, 13)
+    assert "read 4 of 13 partitions" in out
 
     # the same rows in every table: bronze, quarantines, the file ledger, silver, gold
     expected, actual = _tables(spark, classic_root), _tables(spark, tmp_path / "connect")

@@ -14,6 +14,7 @@ import yaml
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from structlog.testing import capture_logs
 
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus, TableRunSummary
@@ -495,13 +496,20 @@ def test_a_sale_before_its_store_is_held_then_released_once_even_after_a_stop(
     write_delta_commits(spark, dims, [[("s2", "store s2")]], "store_id STRING, name STRING")
     held = lakehouse.project().table("sales", Layer.SILVER).companion_location("held")
     spark.sql(f"ALTER TABLE delta.`{held}` SET TBLPROPERTIES ('delta.appendOnly' = 'true')")
-    assert run_sales(spark, lakehouse, ok=False).status is RunStatus.FAILED
+    with capture_logs() as events:
+        assert run_sales(spark, lakehouse, ok=False).status is RunStatus.FAILED
     assert silver_sales(spark, lakehouse) == [("a", "s1"), ("b", "s2")]  # appended, then stopped
+    # the release said so before its writes (bench/chaos.py's phase 'release' opens on it)
+    assert [(e["ready_rows"], e["expired_rows"], e["finishing"]) for e in events
+            if e["event"] == "silver.held.releasing"] == [(1, 0, False)]
     spark.sql(f"ALTER TABLE delta.`{held}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
 
-    again = run_sales(spark, lakehouse)
+    with capture_logs() as events:
+        again = run_sales(spark, lakehouse)
 
     assert again.counts["released_rows"] == 1  # (the count of the release it completed)
+    assert [(e["ready_rows"], e["finishing"]) for e in events
+            if e["event"] == "silver.held.releasing"] == [(1, True)]
     assert silver_sales(spark, lakehouse) == [("a", "s1"), ("b", "s2")]  # once
     assert held_rows(spark, lakehouse) == [("c", ["store_id_in_stores"])]
     assert run_sales(spark, lakehouse).counts["released_rows"] == 0

@@ -7,6 +7,8 @@ demo's figures must hold:
 * gold equals an independent batch computation over silver, and the mart's query prunes;
 * silver keeps both versions of each updated customer (SCD type 2), and the segments mart counts
   each order under the segment its customer had when it was placed;
+* the orders of a store whose row comes in a later stores file wait in silver.orders_held, and
+  are written to silver.orders once, by the run that finds the store, then counted by gold;
 * the quickstart's last command, the demo run again, changes no table;
 * no command prints a line of Spark's, Hadoop's or the JVM's log: each line of its output is
   its own, or one of its events (other commands the documentation shows are run on the same
@@ -86,7 +88,10 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
     assert not list((root / "landing" / "orders").rglob("*.json*"))
     assert list((root / "_quarantine").rglob(feed["unreadable_file"]))
 
-    # silver = bronze - duplicates - late rows - rows its expectations quarantined
+    # silver = bronze - duplicates - late rows - rows its expectations quarantined (the rows
+    # held for the new store are all released by the second run)
+    assert silver["held"] == silver["released"] == feed["new_store_orders"] > 0
+    assert silver["still_held"] == silver["expired"] == 0
     assert silver["rows"] == (bronze["rows"] - silver["duplicates_dropped"]
                               - silver["late_rows_dropped"] - silver["quarantined"])
     assert silver["duplicates_dropped"] == feed["duplicate_events"] + feed["redelivered_records"]
@@ -110,13 +115,14 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
                        ignore_metadata=True)
     assert gold["rows"] == expected.count() and gold["late_rows_dropped"] == 0
 
-    # a gold query that prunes: only the north region's stores (3 of 12) are read
+    # a gold query that prunes: only the north region's stores (4 of 13, the new one too) are
+    # read
     query = summary["query"]
     assert query["rows"] and {r[query["columns"].index("region")] for r in query["rows"]} == {
         "north"}
     (fact,) = [s for s in query["pruning"]["scans"] if s["table"].endswith("store_sales")]
     assert fact["dynamic_pruning"] and (fact["partitions_read"], fact["partitions_total"]) == (
-        3, 12)
+        4, 13)
 
     # the segments mart = each order under its customer's segment at the order's time, from
     # the customers' rows as bronze read them
@@ -131,7 +137,10 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
 
     # a person sees progress and the same figures
     assert "bronze.orders          batch   0" in out
-    assert f"{silver['late_rows_dropped']:,}" in out and "read 3 of 12 partitions" in out
+    assert f"{silver['late_rows_dropped']:,}" in out and "read 4 of 13 partitions" in out
+    assert (f"silver.orders: {silver['held']:,} rows held in silver.orders_held for a key not "
+            f"there yet (store_id in silver.stores): {silver['released']:,} released when it "
+            "arrived, 0 still held") in out
     assert "orders per customer segment" in out and "wholesale" in out
 
     # the run history has a row per batch of each table, with the summary's figures
@@ -140,7 +149,54 @@ def _check_the_demo(spark: SparkSession, root: Path, summary: dict, out: str) ->
                runs.where("status = 'committed' AND batch_id IS NOT NULL")
                .groupBy("table", "layer").agg(F.sum("rows_out").alias("rows")).collect()}
     assert written["orders.bronze"] == bronze["rows"]
-    assert written["orders.silver"] == silver["rows"]
+    assert written["orders.silver"] == silver["rows"] - silver["released"]  # (not a batch's)
+
+
+def test_the_orders_of_a_store_not_known_yet_are_held_then_released_once_and_counted_by_gold(
+        spark: SparkSession, quickstart_lake: QuickstartLake) -> None:
+    root, summary = quickstart_lake.root, quickstart_lake.first_summary
+    feed, tables = summary["feed"], root / "tables"
+    new = feed["new_store"]
+    # its orders, as bronze read them (the feed repeats some), but those silver rejects
+    bronze = spark.read.format("delta").load(str(tables / "bronze" / "orders"))
+    ordered = bronze.where((F.col("store_id") == new) & (F.col("quantity") > 0)) \
+        .select("order_id").distinct()
+    assert ordered.count() == feed["new_store_orders"] > 0
+
+    # the first run held them, the store not in silver.stores yet: orders_held after its
+    # batches' appends (the release replaces its rows)
+    held_at = str(tables / "silver" / "orders_held")
+    appended = max(r["version"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{held_at}`")
+                   .collect() if r["operation"] == "WRITE"
+                   and r["operationParameters"]["mode"] == "Append")
+    held = spark.read.format("delta").option("versionAsOf", appended).load(held_at)
+    assert_df_equality(held.select("order_id"), ordered, ignore_row_order=True,
+                       ignore_nullable=True)
+    assert {tuple(r["_held_by"]) for r in held.collect()} == {("store_id_in_stores",)}
+
+    # the second run found the store and released them: each once in silver.orders, in one
+    # commit (tagged release:<version of orders_held>), and none left in orders_held
+    assert spark.read.format("delta").load(held_at).count() == 0
+    orders_at = str(tables / "silver" / "orders")
+    silver = spark.read.format("delta").load(orders_at)
+    theirs = silver.where(F.col("store_id") == new)
+    assert theirs.count() == theirs.select("order_id").distinct().count() == ordered.count()
+    assert_df_equality(theirs.select("order_id"), ordered, ignore_row_order=True,
+                       ignore_nullable=True)
+    (release,) = [r for r in spark.sql(f"DESCRIBE HISTORY delta.`{orders_at}`").collect()
+                  if (r["userMetadata"] or "").startswith("release:")]
+    before = spark.read.format("delta").option("versionAsOf", release["version"] - 1) \
+        .load(orders_at)
+    assert before.where(F.col("store_id") == new).count() == 0
+    assert int(release["operationMetrics"]["numOutputRows"]) == ordered.count()
+
+    # gold counts them, and the regional mart shows the store under its region
+    sales = spark.read.format("delta").load(str(tables / "gold" / "store_sales"))
+    assert sales.where(F.col("store_id") == new).agg(F.sum("orders")).first()[0] \
+        == feed["new_store_orders"]
+    query = summary["query"]
+    names = [r[query["columns"].index("name")] for r in query["rows"]]
+    assert f"Store {int(new[1:])}" in names, query["rows"]
 
 
 def _segments_at_the_time(spark: SparkSession, root: Path, orders: DataFrame) -> DataFrame:

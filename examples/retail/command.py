@@ -1,5 +1,6 @@
 """The ``medallion demo`` command: generate the retail feed once, run every layer on it, land a
-late delivery and run what it feeds again, then print what each layer did."""
+later delivery (a late file, a new store's row) and run what it feeds again, then print what each
+layer did."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def add_commands(commands: Commands) -> None:
     p = commands.add(
         "demo", cmd_demo, help="generate a sample feed and run it",
         description="Generate a dirty retail feed (duplicates, re-delivered files, late "
-        "events, malformed lines, an extra column, an unreadable file) in the local lakehouse "
+        "events, malformed lines, an extra column, an unreadable file, orders of a store whose "
+        "row comes later) in the local lakehouse "
         "once, run bronze, silver and gold on it and print what each layer did, a gold "
         "query that prunes, and the orders per customer segment, each under its customer's "
         "segment when placed (customers kept as SCD type 2).")
@@ -108,10 +110,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     watch = _progress(say)
     runs = [run_until_stopped(spark, project, tables, False, watch=watch,
                               parallel=args.parallel)]
-    later = demo.deliver_later(project) if runs[0].status is RunStatus.SUCCEEDED else []
+    later = demo.deliver_later(project) if runs[0].status is RunStatus.SUCCEEDED else {}
     if later:
-        fed = project.fed_by([project.table("orders", Layer.BRONZE)])
-        names = [os.path.basename(f) for f in later]
+        fed = project.fed_by([project.table(name, Layer.BRONZE) for name in later])
+        names = [os.path.basename(f) for files in later.values() for f in files]
         say("demo.later_delivery", f"a later delivery lands ({', '.join(names)}): "
             f"running {', '.join(t.full_name for t in fed)} again",
             files=names, tables=[t.full_name for t in fed])

@@ -13,7 +13,11 @@ the lakehouse root first. The orders feed holds, besides the plain events:
 * **an extra column**: one file carries a ``coupon`` key the schema does not know (rescued);
 * **a producer change halfway**: from the middle file on, every event carries a new
   ``channel`` key (rescued, or a new column under ``schema_evolution: addNewColumns``);
-* **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine).
+* **an unreadable file**: a gzip file cut short in transfer (moved whole to the quarantine);
+* **a store not known yet**: a store opens for the feed's last day (``s12``), and its row comes
+  in a stores file of its own, delivered later: silver's ``references`` check holds its orders
+  in ``silver.orders_held`` until silver.stores has it, then releases them (and gold counts
+  them).
 
 The customers feed is a CSV extract, then a second one that updates some customers with its
 columns in another order (read by name: each value lands in its own column). The update moves
@@ -27,6 +31,8 @@ they are duplicates, not late rows. The first run reads the whole backlog; silve
 read whole commits of the layer before (see :mod:`framework.eventtime`), so the backlog is one
 silver micro-batch. The offline till's file is landed after it (:func:`deliver_later`) and
 read by a second run, whose watermark is far ahead of its events: they are dropped as late.
+The new store's file is landed with it: the second run's silver.orders releases the orders it
+held, within gold's watermark (the store opens a day before the feed's end).
 :func:`summarize` gathers what each layer did and what its tables hold.
 """
 
@@ -41,19 +47,23 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from framework.config.checks import CheckAction
 from framework.config.model import Layer, ProjectConfig, Table
 from framework.errors import ConfigError
 from gold.spec import MartSpec
+from silver.spec import SilverTableSpec
 
 MANIFEST = ".demo-feed.json"
-LATER = ".demo-later"  # files delivered after the first run, under the root
+LATER = ".demo-later"  # files delivered after the first run, under the root, by feed
 FIRST_EVENT = datetime(2026, 11, 1, tzinfo=UTC)
 FILE_SPAN = timedelta(hours=4)
 STORES = 12
 CUSTOMERS = 200
 REGIONS = ("north", "south", "east", "west")
+NEW_STORE = f"s{STORES:02d}"  # opens for the feed's last day; its row is delivered later
+NEW_STORE_FILES = 6  # the files of that day (FILE_SPAN each)
 
 
 @dataclass
@@ -78,6 +88,9 @@ class Feed:
     customer_updates: int = 0  # rows of the second customers extract (columns reordered)
     customer_updates_at: str = ""  # their updated_at: halfway through the orders' event time
     unreadable_file: str = ""
+    new_store: str = NEW_STORE  # a store whose row comes in a later stores file
+    new_store_from: str = ""  # the first orders file with its orders
+    new_store_orders: int = 0  # its orders of a quantity above 0: held until its row lands
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +116,8 @@ def generate(project: ProjectConfig, orders: int = 500_000, files: int = 100,
     feed.customer_updates_at = (FIRST_EVENT + (files // 2) * FILE_SPAN).strftime(
         "%Y-%m-%dT%H:%M:%SZ")
     feed.customer_updates = _customers(landing / "customers", rng, feed.customer_updates_at)
-    _stores(landing / "stores")
+    _stores(landing / "stores", root / LATER / "stores", feed,
+            opened_on=FIRST_EVENT + (files - NEW_STORE_FILES) * FILE_SPAN)
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(feed.to_dict(), indent=2))
     return feed, True
@@ -143,6 +157,7 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
     redeliver = {files // 3, (2 * files) // 3}
     extra_column = 2
     new_column_from = files // 2
+    new_store_from = files - NEW_STORE_FILES
     sent: dict[int, list[str]] = {}
     n = 0
     for f in range(files):
@@ -150,11 +165,14 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
         start = FIRST_EVENT + f * FILE_SPAN
         offsets = sorted(rng.randrange(int(FILE_SPAN.total_seconds())) for _ in range(count))
         lines = []
+        stores = STORES + 1 if f >= new_store_from else STORES  # the new store's too
         for offset in offsets:
-            event = _order(n, start + timedelta(seconds=offset), rng)
+            event = _order(n, start + timedelta(seconds=offset), rng, stores=stores)
             n += 1
             if event["quantity"] == 0:
                 feed.rejected_events += 1
+            elif event["store_id"] == NEW_STORE:
+                feed.new_store_orders += 1
             if f == extra_column:
                 event["coupon"] = f"AUTUMN{rng.randrange(10, 30)}"
             if f >= new_column_from:
@@ -176,6 +194,8 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
             feed.new_column_events += sum(1 for line in lines if '"channel"' in line)
         if f == new_column_from:
             feed.new_column_from = name
+        if f == new_store_from:
+            feed.new_store_from = name
         if f == extra_column:
             feed.extra_column_file = name
             feed.extra_column_events = sum(1 for line in lines if '"coupon"' in line)
@@ -206,25 +226,32 @@ def _orders(folder: Path, orders: int, files: int, rng: random.Random) -> Feed:
     return feed
 
 
-def deliver_later(project: ProjectConfig) -> list[str]:
-    """Land the files the feed holds back for a later delivery (the offline till's upload),
-    with ``medallion land``'s ordering; returns them (none once they have landed)."""
+def deliver_later(project: ProjectConfig) -> dict[str, list[str]]:
+    """Land the files the feed holds back for a later delivery (the offline till's upload, the
+    new store's row), each into its bronze table's landing folder with ``medallion land``'s
+    ordering; returns them by table (none once they have landed)."""
     from framework.storage import LocalStorage, land
 
-    table = project.table("orders", Layer.BRONZE)
-    later = Path(project.env.root) / LATER / "orders"
-    files = sorted(str(p) for p in later.glob("*")) if later.is_dir() else []
-    landed = land(LocalStorage(), files, table.spec.landing(table))  # type: ignore[attr-defined]
-    for f in files:
-        os.remove(f)
-    return [info.path for info in landed]
+    landed: dict[str, list[str]] = {}
+    later = Path(project.env.root) / LATER
+    for folder in sorted(p for p in later.glob("*") if p.is_dir()) if later.is_dir() else []:
+        table = project.table(folder.name, Layer.BRONZE)
+        files = sorted(str(p) for p in folder.glob("*"))
+        if not files:
+            continue
+        done = land(LocalStorage(), files, table.spec.landing(table))  # type: ignore[attr-defined]
+        for f in files:
+            os.remove(f)
+        landed[table.name] = [info.path for info in done]
+    return landed
 
 
-def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None) -> dict[str, Any]:
+def _order(n: int, at: datetime, rng: random.Random, quantity: int | None = None,
+           stores: int = STORES) -> dict[str, Any]:
     return {
         "order_id": f"o{n:08d}",
         "customer_id": f"c{rng.randrange(CUSTOMERS):04d}",
-        "store_id": f"s{rng.randrange(STORES):02d}",
+        "store_id": f"s{rng.randrange(stores):02d}",
         "event_time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "quantity": quantity if quantity is not None else
         (0 if rng.random() < 0.001 else rng.randint(1, 5)),
@@ -250,10 +277,19 @@ def _customers(folder: Path, rng: random.Random, updated_at: str) -> int:
     return len(updated)
 
 
-def _stores(folder: Path) -> None:
-    _Delivery(folder, 1).write("stores.json", _lines([
-        json.dumps({"store_id": f"s{s:02d}", "name": f"Store {s}", "region": REGIONS[s % 4],
-                    "opened_on": f"20{10 + s}-03-01"}) for s in range(STORES)]))
+def _store(s: int, opened_on: str) -> str:
+    return json.dumps({"store_id": f"s{s:02d}", "name": f"Store {s}", "region": REGIONS[s % 4],
+                       "opened_on": opened_on})
+
+
+def _stores(folder: Path, later: Path, feed: Feed, opened_on: datetime) -> None:
+    """The stores file, and the new store's row in a file of its own, delivered later."""
+    _Delivery(folder, 1).write("stores.json", _lines(
+        [_store(s, f"20{10 + s}-03-01") for s in range(STORES)]))
+    later.mkdir(parents=True, exist_ok=True)
+    (later / "stores-opened.json").write_bytes(_lines(
+        [_store(STORES, opened_on.strftime("%Y-%m-%d"))]))
+    feed.later_files.append("stores-opened.json")
 
 
 # ---------------------------------------------------------------------- the summary
@@ -324,6 +360,8 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
             figures["files_quarantined"] = counts["files_quarantined"]
         if "rescued_rows" in counts:
             figures["rescued"] = counts["rescued_rows"]
+        if "held_rows" in counts:
+            figures |= _held(spark, table, counts)
         history = table.companion_location("schemas")
         if table.layer is Layer.BRONZE and os.path.isdir(os.path.join(history, "_delta_log")):
             figures["schema_changes"] = [
@@ -354,6 +392,20 @@ def summarize(spark: Any, project: ProjectConfig, run: dict[str, Any], feed: Fee
     return summary
 
 
+def _held(spark: Any, table: Table, counts: dict[str, Any]) -> dict[str, Any]:
+    """The rows a table's batches held for a key another table lacked, those its runs released
+    (or quarantined, held too long), those still held, and what they wait for."""
+    spec = cast(SilverTableSpec, table.spec)
+    held = table.qualified("held")
+    return {
+        "held": counts["held_rows"], "released": counts.get("released_rows", 0),
+        "expired": counts.get("expired_rows", 0),
+        "still_held": spark.table(held).count() if spark.catalog.tableExists(held) else 0,
+        "held_for": [f"{c.references.column} in {c.references.layer}.{c.references.table}"
+                     for c in spec.references if c.action is CheckAction.HOLD],
+    }
+
+
 def _answer(df: Any, sql: str) -> dict[str, Any]:
     """A query's text, columns and rows."""
     return {"sql": sql, "columns": df.columns, "rows": [[_plain(v) for v in r]
@@ -377,7 +429,11 @@ def render(summary: dict[str, Any]) -> str:
         f"lines, {feed['rejected_events']} orders of quantity 0, an extra column in "
         f"{feed['extra_column_file']}, a new column '{feed['new_column']}' from "
         f"{feed['new_column_from']} on ({feed['new_column_events']:,} lines), unreadable "
-        f"{feed['unreadable_file']}; customers: an update of {feed['customer_updates']} "
+        f"{feed['unreadable_file']}"
+        + (f", {feed['new_store_orders']:,} orders of a new store {feed['new_store']} from "
+           f"{feed['new_store_from']} on, its row in a later stores file"
+           if feed.get("new_store_orders") else "")
+        + f"; customers: an update of {feed['customer_updates']} "
         "with its columns in another order"
         + (f", effective {feed['customer_updates_at']}" if feed.get("customer_updates_at")
            else "")
@@ -401,6 +457,12 @@ def render(summary: dict[str, Any]) -> str:
             if f.get("rescued"):
                 out.append(f"{layer}.{name}: {f['rescued']:,} rows with rescued values "
                            "(_rescued_data)")
+            if f.get("held"):
+                out.append(f"{layer}.{name}: {f['held']:,} rows held in {layer}.{name}_held for "
+                           f"a key not there yet ({', '.join(f['held_for'])}): "
+                           f"{f['released']:,} released when it arrived, "
+                           + (f"{f['expired']:,} quarantined past max_hold, " if f["expired"]
+                              else "") + f"{f['still_held']:,} still held")
             for change in f.get("schema_changes", []):
                 what = "; ".join(part for part in (
                     f"added {change['added']}" if change["added"] else "",
