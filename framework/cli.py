@@ -577,6 +577,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print()
         print_table(["table", "topic", "partition", "committed offset", "latest offset", "lag"],
                     offsets)
+    held = [[r.table, r.held.rows, f"{r.held.oldest:%Y-%m-%d %H:%M:%S}" if r.held.oldest
+             else ""] for r in rows if r.held is not None]
+    if held:
+        print()
+        print_table(["table", "rows held", "oldest held at (UTC)"], held)
     _print_failing_checks(project, session)
     for r in rows:
         if r.skipped:

@@ -93,10 +93,16 @@ RUNS_SCHEMA = StructType([
         "comment": "How the batch changed its table's columns (added, widened)"}),
     StructField("operation", StringType(), metadata={
         "comment": "The refresh that rebuilt the table in this run (null: none)"}),
+    StructField("held", LongType(), metadata={
+        "comment": "Rows held for a key another table lacks (<table>_held)"}),
+    StructField("released", LongType(), metadata={
+        "comment": "Held rows written to the table once their keys arrived (on a row of "
+                   "their own, without a batch)"}),
 ])
 
 # The figures a job gives for one of its batches (others are Spark's).
-FIGURES = ("rows_in", "rows_out", "quarantined", "duplicates_dropped", "files", "bytes")
+FIGURES = ("rows_in", "rows_out", "quarantined", "duplicates_dropped", "files", "bytes",
+           "held")
 
 
 class BatchStatus(StrEnum):
@@ -151,12 +157,15 @@ def recovered_rows(table: str, layer: str, query_id: str, committed: Mapping[int
 def run_row(*, run_id: str, table: str, layer: str, trigger: str, status: BatchStatus,
             started_at: datetime, query_id: str | None = None, batch_id: int | None = None,
             rows_out: int | None = None, error: str | None = None,
-            operation: str | None = None) -> dict[str, Any]:
-    """A row for a whole run: a mart build, or a run that failed (``batch_id``: the batch in
-    flight, if one was planned)."""
+            operation: str | None = None, ended_at: datetime | None = None,
+            released: int | None = None, quarantined: int | None = None) -> dict[str, Any]:
+    """A row for a whole run, or for what a run did outside its batches: a mart build, a run
+    that failed (``batch_id``: the batch in flight, if one was planned), the held rows a run
+    released (and quarantined, held too long) before its query."""
     return _row(run_id=run_id, table=table, layer=layer, trigger=trigger, status=status,
-                started_at=started_at, ended_at=datetime.now(UTC), query_id=query_id,
-                batch_id=batch_id, rows_out=rows_out, error=error, operation=operation)
+                started_at=started_at, ended_at=ended_at or datetime.now(UTC),
+                query_id=query_id, batch_id=batch_id, rows_out=rows_out, error=error,
+                operation=operation, released=released, quarantined=quarantined)
 
 
 def _row(**values: Any) -> dict[str, Any]:

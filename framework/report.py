@@ -3,7 +3,8 @@
 The figures come from the run history (:mod:`framework.history`, ``<ops>.runs``) over a period
 (``--since``), and from each table's state now (:mod:`framework.status`): rows per batch and
 throughput, quarantine, duplicate and late rates, and state rows over time, each table-level check's
-results (``<ops>.quality``), the landing backlog
+results (``<ops>.quality``), the rows each run held for a key another table lacked and released
+once it arrived, the landing backlog
 (files and bytes waiting per feed, a Kafka feed's lag), the last failures with their errors, and
 one line per table with its freshness (the time since its last Delta commit).
 
@@ -42,6 +43,7 @@ PLOTS = {
     "backlog": "Landing backlog now (files waiting; a Kafka feed: records behind)",
     "state-rows": "Rows in the streaming state",
     "checks": "Table-level checks (1: failed, 0: passed; hover: what was found)",
+    "held-rows": "Rows held for a key another table lacks, and released, per run",
 }
 FAILURES_SHOWN = 20
 
@@ -126,6 +128,7 @@ def render(rows: Sequence[Mapping[str, Any]], states: Sequence[TableStatus], *, 
         "backlog": _backlog(go, states),
         "state-rows": lines(lambda r: r["state_rows"] or None),
         "checks": _checks(go, checks),
+        "held-rows": _held(go, [r for r in rows if r["status"] != "failed"], colors),
     }
     parts = []
     for plot_id, title in PLOTS.items():
@@ -203,6 +206,39 @@ def _checks(go: Any, results: Iterable[Mapping[str, Any]]) -> Any:
             text=[f"{p['observed']} (expected {p['threshold']})" for p in points],
             mode="lines+markers", name=name, line={"shape": "hv"}))
     fig.update_yaxes(range=[-0.1, 1.1], tickvals=[0, 1], ticktext=["passed", "failed"])
+    return fig
+
+
+def held_by_run(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per table that held or released rows: per run, in order, its end (its last row's time)
+    and the rows its batches held and it released (:mod:`framework.history`: ``held`` on a
+    batch's row, ``released`` on a row of its own; a history older than them has neither)."""
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        held, released = r.get("held"), r.get("released")
+        at = r.get("ended_at") or r.get("recorded_at")
+        if (held is None and released is None) or at is None:
+            continue
+        run = runs.setdefault((r["table"], r["run_id"] or ""),
+                              {"at": at, "held": 0, "released": 0})
+        run["at"] = max(run["at"], at)
+        run["held"] += held or 0
+        run["released"] += released or 0
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for (table, _), run in runs.items():
+        by_table.setdefault(table, []).append(run)
+    return {t: sorted(v, key=lambda run: run["at"]) for t, v in sorted(by_table.items())}
+
+
+def _held(go: Any, rows: Iterable[Mapping[str, Any]], colors: Mapping[str, str]) -> Any:
+    """Per table: the rows its runs held (a solid line) and released (dashed)."""
+    fig = go.Figure()
+    for table, runs in held_by_run(rows).items():
+        x = [run["at"].replace(tzinfo=None) for run in runs]  # (UTC, naive: see _lines)
+        for what, dash in (("held", "solid"), ("released", "dash")):
+            fig.add_trace(go.Scatter(x=x, y=[run[what] for run in runs], mode="lines+markers",
+                                     name=f"{table}: {what}",
+                                     line={"color": colors.get(table), "dash": dash}))
     return fig
 
 

@@ -13,6 +13,10 @@ Two readers give one :class:`TableStatus`:
   version by ``DESCRIBE HISTORY``. The report uses it, and ``status`` for a root Spark alone
   reaches (``hdfs://``, ``dbfs:/``, ADLS with the cluster's credentials).
 
+A table whose rows can wait for a key another table lacks (silver's ``references`` with ``hold``)
+also says how many rows its ``<table>_held`` holds now and since when the oldest waits
+(:func:`held_rows`), read the way its other figures are: from the files, or with Spark.
+
 Works on any lake: a table not created yet is reported as missing, a view (a gold mart) with
 its rows and no version, a table that is not Delta (a bucketed parquet table) without one.
 """
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from framework.checkpoint import last_committed_batch
+from framework.config.checks import HELD, HELD_AT
 from framework.config.model import Stored, Table
 from framework.identifiers import quote_name
 from framework.layers import offsets_of
@@ -36,6 +41,15 @@ if TYPE_CHECKING:
 
 # A Spark session started on first use (then the same one): logged_status gets one if it needs.
 Session = Callable[[], "SparkSession"]
+
+
+@dataclass(frozen=True)
+class HeldRows:
+    """The rows waiting in a table's ``<table>_held`` now, and when the oldest was held (UTC;
+    None: none waits)."""
+
+    rows: int
+    oldest: datetime | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,7 @@ class TableStatus:
     # A table fed by Kafka: per topic and partition, the offset reached, the latest, the lag
     offsets: tuple[dict[str, Any], ...] = ()
     last_commit: datetime | None = None  # of a Delta table (naive: the local time)
+    held: HeldRows | None = None  # a table that can hold rows, once its held table is made
 
     @property
     def exists(self) -> bool:
@@ -72,7 +87,8 @@ def table_status(spark: SparkSession, table: Table) -> TableStatus:
             version, last_commit = commit.version, commit.timestamp
     read = offsets_of(table) if kind != "missing" else None
     offsets = read(spark) if read is not None else None
-    return _with_progress(table, kind, rows, version, last_commit, offsets, spark)
+    status = _with_progress(table, kind, rows, version, last_commit, offsets, spark)
+    return replace(status, held=held_rows(table, spark))
 
 
 def logged_status(table: Table, session: Session, *, count: bool = False) -> TableStatus:
@@ -104,7 +120,41 @@ def logged_status(table: Table, session: Session, *, count: bool = False) -> Tab
         return table_status(session(), table)
     read = offsets_of(table) if kind != "missing" else None
     offsets = read(session()) if read is not None else None
-    return _with_progress(table, kind, rows, version, last_commit, offsets, None)
+    status = _with_progress(table, kind, rows, version, last_commit, offsets, None)
+    return replace(status, held=held_rows(table))
+
+
+# The rows held now and the oldest's time (Spark's SQL and DataFusion's alike).
+_HELD = f'SELECT count(*) AS n, min("{HELD_AT}") AS oldest FROM t'
+
+
+def held_rows(table: Table, spark: SparkSession | None = None) -> HeldRows | None:
+    """What the table's ``<table>_held`` holds now (None: the table holds no rows, or has not
+    made its held table yet): read without Spark (``spark`` None, a root :func:`without_spark`
+    says can be), else with ``spark``."""
+    if not table.spec.holds:
+        return None
+    location = table.companion_location(HELD)
+    if spark is None:
+        from framework.deltalog import query
+
+        rows = query(location, table.env, _HELD)
+        if not rows:
+            return None
+        found = rows[0]
+    else:
+        from framework.delta import is_delta_table, read_table
+
+        if not is_delta_table(spark, location):
+            return None
+        read_table(spark, location).createOrReplaceTempView("_medallion_held")
+        first = spark.sql(_HELD.replace('"', "`").replace(" FROM t", " FROM _medallion_held")) \
+            .first()
+        assert first is not None  # (an aggregate without grouping: one row)
+        found = first.asDict()
+    oldest = found["oldest"]
+    # (delta-rs gives an aware datetime; PySpark a naive one in this process's time zone)
+    return HeldRows(int(found["n"]), oldest.astimezone(UTC) if oldest is not None else None)
 
 
 def without_spark(table: Table) -> bool:

@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 )
 
 from framework.changes import ChangeApplier, KeyedChanges
-from framework.config.checks import References, Unique
+from framework.config.checks import HELD, HELD_AT, HELD_BY, HELD_IN, References, Unique
 from framework.config.model import Table
 from framework.delta import is_delta_table, latest_commit, read_table
 from framework.errors import BatchFailedError
@@ -39,7 +39,6 @@ from framework.identifiers import quote, quote_all, quote_name
 from framework.logging import get_logger
 from framework.microbatch import Outcome, TableBatches, batch_commits
 from framework.quality import batch_results, mark_references, mark_unique, quality_table
-from silver.held import HELD_AT, HELD_BY, HELD_IN
 from silver.snapshots import IN_ORDER, IN_ORDER_RULE, SnapshotApplier
 from silver.spec import Action, Expectation, Scd2, SilverTableSpec, TableFormat, WriteMode
 
@@ -303,7 +302,7 @@ class BatchWriter:
         self.commits.append(rows.select(
             *good_cols, F.filter(F.array(*names), lambda x: x.isNotNull()).alias(HELD_BY),
             F.current_timestamp().alias(HELD_AT), F.lit(batch_id).cast("long").alias(HELD_IN),
-        ), self.table.companion_location("held"), batch_id)
+        ), self.table.companion_location(HELD), batch_id)
 
     def _verdicts(self, broken: Mapping[str, Column],
                   skip: frozenset[str] | set[str] = frozenset()) -> tuple[Column, Column]:

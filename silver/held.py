@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from framework.config.checks import CheckAction, References
+from framework.config.checks import HELD, HELD_AT, HELD_BY, HELD_IN, CheckAction, References
 from framework.config.model import Table
 from framework.delta import (
     BatchCommits,
@@ -49,9 +49,6 @@ from framework.delta import (
 from framework.eventtime import interval_seconds
 from framework.identifiers import quote
 
-HELD_BY = "_held_by"
-HELD_AT = "_held_at"
-HELD_IN = "_held_in"
 RELEASER = "release"
 
 
@@ -65,8 +62,8 @@ def held_schema(rows: StructType) -> StructType:
 
 def create_held(spark: SparkSession, table: Table, rows: StructType) -> None:
     """Create ``<table>_held`` unless it exists (by the batch that held its rows)."""
-    create_table(spark, table.qualified("held"), held_schema(rows),
-                 table.companion_location("held"), partition_by=[HELD_IN],
+    create_table(spark, table.qualified(HELD), held_schema(rows),
+                 table.companion_location(HELD), partition_by=[HELD_IN],
                  comment=f"Rows of {table.name} held until the keys they reference arrive")
 
 
@@ -80,7 +77,7 @@ def release(spark: SparkSession, table: Table, checks: list[References],
     arrived and quarantine those held too long (see the module's text): the rows released and
     expired."""
     figures = {"released_rows": 0, "expired_rows": 0}
-    location = table.companion_location("held")
+    location = table.companion_location(HELD)
     if not is_delta_table(spark, location):
         return figures
     last = last_tagged_batch(spark, table.location, RELEASER)
@@ -104,7 +101,7 @@ def release(spark: SparkSession, table: Table, checks: list[References],
 def _release(spark: SparkSession, table: Table, checks: list[References],
              quarantine: str | None, name: int, log: Any) -> dict[str, int]:
     """Release ``name``: what the held table held at version ``name`` decides, written once."""
-    held = read_table(spark, table.companion_location("held"), version=name).persist()
+    held = read_table(spark, table.companion_location(HELD), version=name).persist()
     try:
         if held.isEmpty():
             return {"released_rows": 0, "expired_rows": 0}
@@ -190,8 +187,8 @@ def _write(spark: SparkSession, table: Table, marked: DataFrame, columns: list[s
         batches = ", ".join(str(int(b)) for b in sorted(row["batches"]))
         where = f"{quote(HELD_IN)} IN ({batches})"
         gone = marked.where(F.col("_ready") | F.col("_expired")).select(*columns)
-        now = read_table(spark, table.companion_location("held")).where(where)
-        replace_rows(now.exceptAll(gone), table.companion_location("held"), where,
+        now = read_table(spark, table.companion_location(HELD)).where(where)
+        replace_rows(now.exceptAll(gone), table.companion_location(HELD), where,
                      tag=f"{RELEASER}:{name}")
         return {"released_rows": int(row["ready"]), "expired_rows": int(row["expired"])}
     finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
 
 from pyspark.errors import AnalysisException
@@ -47,8 +48,9 @@ from framework.delta import (
     sql_string,
 )
 from framework.errors import ConfigError, JobError, TableModeError
+from framework.history import BatchStatus, run_row
 from framework.identifiers import quote, quote_all, quote_name
-from framework.job import StreamingJob
+from framework.job import StreamingJob, TableRunSummary
 from framework.listener import BatchProgress
 from framework.microbatch import Outcome, TableBatches
 from framework.quality import ensure_quality_table
@@ -222,6 +224,7 @@ class SilverJob(StreamingJob):
         self._typed = any(c.type for c in self.spec.columns)
         self.state_rows_by_batch: dict[int, int] = {}
         self.batch_counts: dict[int, dict[str, int]] = {}  # per batch: records, written...
+        self.released_at: datetime | None = None  # when held rows were released, if they were
         # No rule, no cast, no watermark, plain append to Delta: Delta's streaming sink (see the
         # module's text). A table with a watermark checks each batch's event-time span instead.
         self.direct = (not batch_rules(self.spec) and not self._typed and not self.spec.dedup
@@ -265,6 +268,7 @@ class SilverJob(StreamingJob):
         if self.spec.holds:  # before the query: rows whose keys arrived since the last run
             self.totals.update(release(self.spark, self.table, self.spec.references,
                                        self.quarantine_location, self.log))
+            self.released_at = datetime.now(UTC)
         if self.direct:
             return self.delta_sink(df, self.spec.partition_by)
         return self.foreach_step(df, TableBatches(BatchWriter, self.table, self.replayable,
@@ -380,10 +384,26 @@ class SilverJob(StreamingJob):
         records = counted["records"] if counted else figures.get("rows_out")
         if counted:
             figures |= {"rows_out": counted["written"], "quarantined": counted["quarantined"]}
+            if self.spec.holds:
+                figures["held"] = counted["held"]
         if self.spec.dedup and records is not None:
             figures["duplicates_dropped"] = \
                 progress.input_rows - progress.rows_dropped_by_watermark - records
         return figures
+
+    def history_rows(self, summary: TableRunSummary) -> list[dict[str, Any]]:
+        """Its batches' rows, and one for the held rows the run released (or quarantined, held
+        too long) before its query: a release belongs to no batch, and happens in a run that
+        has none as well."""
+        rows = super().history_rows(summary)
+        released, expired = self.totals["released_rows"], self.totals["expired_rows"]
+        if self.released_at is not None and (released or expired):
+            rows.insert(0, run_row(
+                run_id=self.ctx.run_id, table=self.table.full_name, layer=self.layer.value,
+                trigger=self.recorder.trigger, status=BatchStatus.COMMITTED,
+                started_at=self.started_at, ended_at=self.released_at, released=released,
+                quarantined=expired, operation=self.ctx.operation))
+        return rows
 
     # ------------------------------------------------------------------ after the query
     def finish(self) -> dict[str, int]:

@@ -38,6 +38,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Column, Columns, TimeKind, normal_type, time_kind
 from framework.config.checks import (
+    HELD,
     BatchCheck,
     CheckAction,
     Freshness,
@@ -287,10 +288,12 @@ class SilverTableSpec(TableSpec):
         return Stored.PARQUET if self.format is TableFormat.PARQUET else Stored.DELTA
 
     def rebuild(self, table: Table) -> Rebuild:
-        """Its stream's checkpoint, its table and its companions (quarantine, change log)."""
+        """Its stream's checkpoint, its table and its companions (quarantine, change log, held
+        rows: the rebuild holds them again)."""
         return Rebuild(RebuildMethod.STREAM, (
             table.location, table.companion_location("quarantine"),
-            table.companion_location("changes")), table.checkpoint)
+            table.companion_location("changes"), table.companion_location(HELD)),
+            table.checkpoint)
 
     def rebuild_refusal(self, table: Table) -> str | None:
         if self.format is TableFormat.PARQUET:

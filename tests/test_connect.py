@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from tests.support import (
     medallion_cmd,
     silver_spec,
     source_rows_without,
+    write_delta_commits,
     write_order_files,
 )
 from tests.test_gold import STORES, with_sales_mart
@@ -441,6 +443,54 @@ def test_a_unique_check_runs_on_the_server(server: ConnectServer, lakehouse: Lak
     assert sorted((json.loads(r["_row"])["order_id"], list(r["_failed_rules"]))
                   for r in quarantined.collect()) == [
         ("o0000002", ["unique_order_id"]), ("o0000003", ["unique_order_id"])]
+
+
+def test_a_row_held_for_its_store_is_released_once_over_connect(
+    server: ConnectServer, lakehouse: Lakehouse, spark: SparkSession
+) -> None:
+    """A sale whose store silver.stores lacks: the batch run on the server holds it; its store
+    comes, and the next run (the client's, before its query) releases it, once, as a classic
+    run does (tests/test_quality.py). Bronze is written here: one Python worker per run to
+    start on the server, the sales' batches'."""
+    on_connect(lakehouse, server)
+    stores, sales = "store_id STRING, name STRING", \
+        "order_id STRING, store_id STRING, amount INT, event_time TIMESTAMP"
+    lakehouse.add_table("bronze", "stores", bronze_spec(schema=stores, path="landing/stores"))
+    lakehouse.add_table("silver", "stores", {"source": "stores"})
+    lakehouse.add_table("bronze", "sales", bronze_spec(schema=sales, path="landing/sales"))
+    lakehouse.add_table("silver", "sales", {"source": "sales", "checks": [{
+        "references": {"column": "store_id", "table": "stores"}, "action": "hold"}]})
+    base = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
+    project = lakehouse.project()
+    bronze_stores = project.table("stores", Layer.BRONZE).location
+    write_delta_commits(spark, bronze_stores, [[("s1", "one")]], stores)
+    at = datetime(2026, 11, 1, 10)
+    write_delta_commits(spark, project.table("sales", Layer.BRONZE).location, [
+        [("a", "s1", 1, at), ("b", "s2", 1, at), ("c", "s2", 1, at)]], sales)
+    silver = project.table("sales", Layer.SILVER)
+
+    def run() -> dict[str, Any]:
+        done = cli(lakehouse, "run", "silver", *base, "--summary",
+                   str(lakehouse.base / "s.json"))
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        return next(t for t in json.loads((lakehouse.base / "s.json").read_text())["tables"]
+                    if t["table"] == silver.full_name)
+
+    def rows(location: str) -> list[str]:
+        return sorted(r[0] for r in spark.read.format("delta").load(location)
+                      .select("order_id").collect())
+
+    first = run()
+    assert (first["rows_out"], first["counts"]["held_rows"]) == (1, 2), first
+    assert rows(silver.location) == ["a"]
+    assert rows(silver.companion_location("held")) == ["b", "c"]
+    write_delta_commits(spark, bronze_stores, [[("s2", "two")]], stores)
+
+    second = run()
+
+    assert second["counts"]["released_rows"] == 2, second
+    assert rows(silver.location) == ["a", "b", "c"]
+    assert rows(silver.companion_location("held")) == []
 
 
 @pytest.mark.slow

@@ -525,3 +525,23 @@ def test_a_sale_before_its_store_is_held_then_released_once_even_after_a_stop(
     assert [(json.loads(r["_row"])["order_id"], sorted(r["_failed_rules"])) for r in
             spark.read.format("delta").load(quarantine).collect()] == [
         ("c", ["held_past_max_hold", "store_id_in_stores"])]
+
+
+def test_a_refresh_empties_the_held_rows_with_the_table_so_none_is_released_twice(
+    spark: SparkSession, lakehouse: Lakehouse
+) -> None:
+    """A refresh rebuilds the table from its source, whose rows are held again: those held
+    before go with the table, or the store's arrival would release its sale twice."""
+    from tests.support import cli
+
+    bronze, dims = with_stores_and_sales(spark, lakehouse, ["s1"], action="hold")
+    write_delta_commits(spark, bronze, [[sale("a", "s1"), sale("b", "s2")]], SALES)
+    run_sales(spark, lakehouse)
+
+    assert cli(lakehouse, "refresh", "silver.sales") == 0
+
+    assert silver_sales(spark, lakehouse) == [("a", "s1")]
+    assert held_rows(spark, lakehouse) == [("b", ["store_id_in_stores"])]
+    write_delta_commits(spark, dims, [[("s2", "store s2")]], "store_id STRING, name STRING")
+    assert run_sales(spark, lakehouse).counts["released_rows"] == 1
+    assert silver_sales(spark, lakehouse) == [("a", "s1"), ("b", "s2")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pyspark.sql import SparkSession
@@ -127,6 +127,65 @@ def test_the_report_renders_every_plot_with_data_in_a_real_browser(
         assert name in freshness
     assert "small" in failures and names[2] in failures
     assert len(shot) > 50_000  # a page of drawn plots, not a blank one
+
+
+def _plot_data(page: str, plot_id: str) -> list[dict[str, Any]]:
+    """The traces of a plot as the page gives them to plotly.js (typed arrays decoded)."""
+    import base64
+    import json
+    import re
+
+    import numpy as np
+
+    found = re.search(r'Plotly\.newPlot\(\s*"' + re.escape(plot_id) + r'",\s*', page)
+    assert found is not None, plot_id
+    traces, _ = json.JSONDecoder().raw_decode(page, found.end())
+    for trace in traces:
+        for axis in ("x", "y"):
+            if isinstance(trace.get(axis), dict) and "bdata" in trace[axis]:
+                trace[axis] = np.frombuffer(base64.b64decode(trace[axis]["bdata"]),
+                                            dtype=trace[axis]["dtype"]).tolist()
+    return cast(list[dict[str, Any]], traces)
+
+
+def test_the_report_plots_the_rows_each_run_held_and_released(
+        spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path) -> None:
+    """Sales held for stores that come later: the run history has the rows each batch held
+    and, on a row of its own, those a run released, also in a run with no batch; the report
+    plots both per run."""
+    from framework.config.model import Layer
+    from framework.report import held_by_run
+    from tests.support import write_delta_commits
+    from tests.test_quality import SALES, run_sales, sale, with_stores_and_sales
+
+    bronze, dims = with_stores_and_sales(spark, lakehouse, ["s1"], action="hold")
+    stores = "store_id STRING, name STRING"
+    write_delta_commits(spark, bronze, [[sale("a", "s1"), sale("b", "s2"), sale("c", "s3")]],
+                        SALES)
+    run_sales(spark, lakehouse)  # b and c held
+    write_delta_commits(spark, dims, [[("s2", "store s2")]], stores)
+    run_sales(spark, lakehouse)  # b released, in a run without a batch
+    write_delta_commits(spark, dims, [[("s3", "store s3")]], stores)
+    write_delta_commits(spark, bronze, [[sale("d", "s4")]], SALES)
+    run_sales(spark, lakehouse)  # c released, d held
+
+    name = lakehouse.project().table("sales", Layer.SILVER).full_name
+    rows = run_history(spark, lakehouse, name)
+    assert sorted((r["batch_id"] is None, r["held"], r["released"], r["rows_out"],
+                   r["quarantined"]) for r in rows) == [
+        (False, 1, None, 0, 0), (False, 2, None, 1, 0), (True, None, 1, None, 0),
+        (True, None, 1, None, 0)]
+    runs = held_by_run([r.asDict() for r in rows])
+    assert [(run["held"], run["released"]) for run in runs[name]] == [(2, 0), (0, 1), (1, 1)]
+
+    out = tmp_path / "report.html"
+    assert main(["report", "--conf", str(lakehouse.conf), "--env", lakehouse.env_name,
+                 "--out", str(out), "--since", "1d"]) == 0
+    traces = _plot_data(out.read_text(encoding="utf-8"), "held-rows")
+    assert [(t["name"], t["y"]) for t in traces] == [
+        (f"{name}: held", [2, 0, 1]), (f"{name}: released", [0, 1, 1])]
+    assert [t["y"] for t in _plot_data(out.read_text(encoding="utf-8"), "rows-per-batch")
+            if t["name"] == name] == [[1, 0]]  # (a release is no batch)
 
 
 @pytest.mark.parametrize("since", ["7", "3y", "-1d", "d"])

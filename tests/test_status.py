@@ -225,6 +225,55 @@ def test_status_reads_a_lake_on_adls_with_the_environments_credentials(
     assert key not in done.stdout + done.stderr
 
 
+def test_status_shows_the_rows_held_now_and_the_oldest_from_the_files_and_with_spark(
+    spark: SparkSession, lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sales of two stores silver.stores lacks are held: status counts them and dates the
+    oldest, read from the held table's files as Spark reads it; once one store arrives, its
+    sale is released and one is left."""
+    from framework.config.model import Layer
+    from framework.status import HeldRows
+    from tests.support import write_delta_commits
+    from tests.test_quality import SALES, run_sales, sale, with_stores_and_sales
+
+    bronze, dims = with_stores_and_sales(spark, lakehouse, ["s1"], action="hold")
+    project = lakehouse.project()
+    sales = project.table("sales", Layer.SILVER)
+    assert logged_status(sales, _no_session).held is None  # (no held table yet)
+    before = datetime.now(UTC)
+    write_delta_commits(spark, bronze, [[sale("a", "s1"), sale("b", "s2")]], SALES)
+    run_sales(spark, lakehouse)
+    write_delta_commits(spark, bronze, [[sale("c", "s3")]], SALES)
+    run_sales(spark, lakehouse)
+
+    held = logged_status(sales, _no_session).held
+    assert held is not None and held.rows == 2 and held.oldest is not None
+    assert before <= held.oldest <= datetime.now(UTC)
+    assert table_status(spark, sales).held == held  # what Spark reads
+    assert all(logged_status(t, _no_session).held is None for t in project.tables if t != sales)
+    capsys.readouterr()
+    assert cli(lakehouse, "status") == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("table ")
+                             and "rows held" in line))
+    assert [c.strip() for c in lines[start].split("|")] == [
+        "table", "rows held", "oldest held at (UTC)"]
+    assert [c.strip() for c in lines[start + 2].split("|")] == [
+        sales.full_name, "2", f"{held.oldest:%Y-%m-%d %H:%M:%S}"]
+    assert lines[start + 3] == "(1 row)"
+
+    write_delta_commits(spark, dims, [[("s2", "store s2")]], "store_id STRING, name STRING")
+    run_sales(spark, lakehouse)
+    left = logged_status(sales, _no_session).held
+    assert left is not None and left.rows == 1 and left.oldest is not None
+    assert left.oldest > held.oldest  # c's, held by the later run
+    assert table_status(spark, sales).held == left
+    write_delta_commits(spark, dims, [[("s3", "store s3")]], "store_id STRING, name STRING")
+    run_sales(spark, lakehouse)
+    assert logged_status(sales, _no_session).held == HeldRows(0, None)
+    assert table_status(spark, sales).held == HeldRows(0, None)
+
+
 def _table_lines(out: str) -> dict[str, list[str]]:
     """The table lines of ``medallion status`` by table: kind, rows, version, last batch,
     pending files and bytes."""

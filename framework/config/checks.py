@@ -36,6 +36,12 @@ from framework.eventtime import check_interval
 
 # The prefix of a batch's column that marks the rows breaking a check (dropped before writing).
 CHECK_COLUMN = "_check_"
+# A table whose rows can be held (action hold) keeps them in its companion ``<table>_held``:
+# its columns, then the checks holding a row, since when, and the batch that held it.
+HELD = "held"
+HELD_BY = "_held_by"
+HELD_AT = "_held_at"
+HELD_IN = "_held_in"
 
 
 class CheckKind(StrEnum):

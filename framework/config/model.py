@@ -379,6 +379,12 @@ class TableSpec(Model):
         of each run (:mod:`framework.quality`); none by default."""
         return []
 
+    @property
+    def holds(self) -> bool:
+        """Whether rows of the table can wait in ``<table>_held`` for a key another table
+        lacks (a ``references`` check with action ``hold``); no by default."""
+        return False
+
     def event_time_column(self) -> str | None:
         """The column holding each row's event time, if the table has one."""
         return None
