@@ -616,7 +616,8 @@ def _tables(spark: SparkSession, root: Path) -> dict[str, Any]:
         name = str(log.parent.relative_to(root / "tables"))
         if name.startswith("ops"):
             continue
-        df = spark.read.format("delta").load(str(log.parent))
+        df = source_rows_without(spark.read.format("delta").load(str(log.parent)),
+                                 WHEN_AND_WHERE)
         df = df.drop(*[c for c in df.columns if c in WHEN_AND_WHERE])
         for field in df.schema.fields:
             if field.dataType.simpleString() == "string":
