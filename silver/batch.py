@@ -78,6 +78,17 @@ QUARANTINE_SCHEMA = StructType([
 ])
 
 
+def quarantine_columns(row: Column, failed: Column, batch_id: Column,
+                       source: Column | None = None) -> list[Column]:
+    """A quarantined row's columns (:data:`QUARANTINE_SCHEMA`), in the state ``quarantined``:
+    the row as JSON, the rules it broke, its batch, now, and its source row (JSON) if known."""
+    return [row.alias("_row"), failed.alias("_failed_rules"),
+            batch_id.cast("long").alias(BATCH_ID), F.current_timestamp().alias("_quarantined_at"),
+            (source if source is not None else F.lit(None)).cast("string").alias(SOURCE_ROW),
+            F.lit(QuarantineState.QUARANTINED.value).alias(STATE),
+            F.lit(None).cast("long").alias(REPLAY_ID), F.lit(None).cast("string").alias("_reason")]
+
+
 def batch_rules(spec: SilverTableSpec) -> list[Expectation]:
     """The spec's expectations, and those its change data implies: a change without a
     sequence has no place in its key's history, so it is quarantined; so is a snapshot without
@@ -369,13 +380,8 @@ class BatchWriter:
             carried = rows.schema[SOURCE_ROW].dataType
             source = F.col(SOURCE_ROW) if isinstance(carried, StringType) else \
                 F.to_json(F.col(SOURCE_ROW))
-        self.commits.append(rows.select(
-            data.alias("_row"), failed.alias("_failed_rules"),
-            F.lit(batch_id).cast("long").alias(BATCH_ID),
-            F.current_timestamp().alias("_quarantined_at"),
-            source.alias(SOURCE_ROW), F.lit(QuarantineState.QUARANTINED.value).alias(STATE),
-            F.lit(None).cast("long").alias(REPLAY_ID), F.lit(None).cast("string").alias("_reason"),
-        ), self.table.companion_location("quarantine"), batch_id)
+        self.commits.append(rows.select(*quarantine_columns(data, failed, F.lit(batch_id), source)),
+                            self.table.companion_location("quarantine"), batch_id)
 
     def _counted(self, metrics: Mapping[str, Any], at_risk: int, batch_id: int,
                  log: Any) -> Refined:

@@ -28,8 +28,9 @@ def add_commands(commands: Commands) -> None:
         description="list: the table's quarantined and held rows per state and rule, with the "
         "oldest and newest (--rows N: the first N rows too). replay: send the quarantined rows "
         "chosen through the table's spec as it is now (its columns, transforms, rules and "
-        "checks), exactly once: those that pass are written to the table with the replay's id "
-        "(_replay_id), those that break a rule again are quarantined again; a replay stopped "
+        "checks), exactly once: those that pass are appended with the replay's id (_replay_id) "
+        "or, in an upsert or SCD2 table, applied as changes at their place in each key's "
+        "history; those that break a rule again are quarantined again; a replay stopped "
         "half way is completed by the next quarantine command. discard: set the chosen rows "
         "aside for good, with a reason (they stay in the quarantine, state discarded). "
         "Rows are chosen by --rule and --older-than; by default all quarantined rows.")

@@ -48,6 +48,7 @@ from framework.delta import (
 )
 from framework.eventtime import interval_seconds
 from framework.identifiers import quote
+from silver.batch import quarantine_columns
 
 RELEASER = "release"
 
@@ -175,13 +176,10 @@ def _write(spark: SparkSession, table: Table, marked: DataFrame, columns: list[s
         commits.append(marked.where("_ready").select(*rows), table.location, name, note=note)
         if row["expired"] and quarantine is not None:
             commits.append(marked.where(~F.col("_ready") & F.col("_expired")).select(
-                F.to_json(F.struct(*[F.col(c) for c in rows])).alias("_row"),
-                F.array_union(HELD_BY, F.array(F.lit("held_past_max_hold")))
-                .alias("_failed_rules"), F.col(HELD_IN).alias("_batch_id"),
-                F.current_timestamp().alias("_quarantined_at"),
-                F.lit(None).cast("string").alias("_source_row"),
-                F.lit("quarantined").alias("_state"), F.lit(None).cast("long").alias("_replay_id"),
-                F.lit(None).cast("string").alias("_reason")), quarantine, name)
+                *quarantine_columns(
+                    F.to_json(F.struct(*[F.col(c) for c in rows])),
+                    F.array_union(HELD_BY, F.array(F.lit("held_past_max_hold"))),
+                    F.col(HELD_IN))), quarantine, name)
         # the held rows of those batches now, but those released or expired (a stop may have
         # left other commits since version ``name``: rows are told apart by their content)
         batches = ", ".join(str(int(b)) for b in sorted(row["batches"]))

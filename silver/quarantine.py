@@ -13,8 +13,13 @@ discarded row stays, in its state.
 rows) from their source row, through the spec's columns and transforms as they are now (a row
 quarantined before source rows were kept, or a held row that expired, from ``_row``); rows of a
 table with ``dedup`` are deduplicated among themselves and against the table's keys. Each row
-the replay writes to the table carries the replay's id (``_replay_id``, a column the table gains
-on its first replay); a row that breaks a rule again is quarantined again, as a new row.
+the replay appends to the table carries the replay's id (``_replay_id``, a column the table gains
+on its first replay); a row that breaks a rule again is quarantined again, as a new row. In a
+table of changes (``upsert``, ``scd2``) the rows are changes, applied by the one change applier
+(:mod:`framework.changes`) as a batch's are: a change older than the key's newest lands at its
+place in the key's history, so the table ends as it would have had the rows passed the first
+time (no ``_replay_id`` there: a row of such a table is a key's state, not an arrival). A table
+made from full snapshots is refused: one row of a snapshot is not a change on its own.
 
 Exactly once, in three steps named by the replay's id ``N`` (the quarantine's version it
 chose its rows at): the rows are marked ``replaying`` with ``_replay_id = N`` (one commit of
@@ -65,7 +70,7 @@ from silver.batch import (
 )
 from silver.held import HELD_AT, HELD_BY, create_held
 from silver.job import custom_transforms, select_columns
-from silver.spec import SilverTableSpec, TableFormat, WriteMode
+from silver.spec import SilverTableSpec, TableFormat
 
 MARKER = "replaying"  # the first step's writer (its commit of the quarantine)
 WRITER = "replay"  # the batch step's
@@ -118,18 +123,18 @@ def quarantine_location(table: Table) -> str:
 
 
 def check_replayable(table: Table) -> None:
-    """Refuse a table whose rows a replay cannot write yet (its writes are not appends of a
-    Delta table), saying why."""
+    """Refuse a table whose rows a replay cannot write (bucketed parquet; changes derived from
+    full snapshots), saying why."""
     spec = cast(SilverTableSpec, table.spec)
     if spec.format is TableFormat.PARQUET:
         raise UsageError(f"expected a Delta table to replay rows into, found {table.full_name} "
                          "stored as bucketed parquet (its rows are written per streaming batch "
                          "and partition, which a replay has none of)")
-    if spec.mode is not WriteMode.APPEND:
-        raise UsageError(f"expected a table of mode append to replay rows into, found "
-                         f"{table.full_name} of mode {spec.mode.value} (its quarantined rows "
-                         "can be listed and discarded; replay them by landing their source "
-                         "rows again)")
+    if spec.changes is not None and spec.changes.snapshot_by is not None:
+        raise UsageError(f"expected a table of changes or appended rows to replay rows into, "
+                         f"found {table.full_name} made from full snapshots (a row of a "
+                         "snapshot is not a change on its own: its quarantined rows can be "
+                         "listed and discarded; send them again in a new snapshot)")
 
 
 # ---------------------------------------------------------------------------------- list
@@ -239,14 +244,17 @@ def _send(spark: SparkSession, table: Table, replay_id: int, log_context: dict[s
         writer = BatchWriter(TableBatches(BatchWriter, table, range(replay_id, replay_id + 1),
                                           {**log_context, "replay_id": replay_id},
                                           writer_id=WRITER), spark)
-        batch, duplicates = _deduplicated(spark, table, spec, _rows(spark, table, spec, taken),
-                                          writer.commits, replay_id)
-        _with_replay_column(spark, table)
+        batch = _rows(spark, table, spec, taken)
+        duplicates = 0
+        if writer.applier is None:  # appended rows carry the replay's id
+            batch, duplicates = _deduplicated(spark, table, spec, batch, rows, writer.commits,
+                                              replay_id)
+            _with_replay_column(spark, table)
+            batch = batch.withColumn(REPLAY_ID, F.lit(replay_id).cast("long"))
         log = get_logger(**log_context, replay_id=replay_id)
         log.info("silver.quarantine.sending", rows=rows, finishing=finishing)
         try:
-            outcome = writer.write(batch.withColumn(REPLAY_ID, F.lit(replay_id).cast("long")),
-                                   replay_id)
+            outcome = writer.write(batch, replay_id)
         except BatchFailedError:  # a ``fail`` rule: nothing was written
             update_rows(spark, location, {STATE: sql_string(QuarantineState.QUARANTINED.value),
                                           REPLAY_ID: "NULL"},
@@ -278,8 +286,8 @@ def _rows(spark: SparkSession, table: Table, spec: SilverTableSpec,
                               table.full_name)
     fresh = fresh.withColumn(SOURCE_ROW, F.to_json(SOURCE_ROW)) if SOURCE_ROW in fresh.columns \
         else fresh.withColumn(SOURCE_ROW, F.lit(None).cast("string"))
-    have = read_table(spark, table.location).schema
-    kept = StructType([f for f in have.fields if f.name not in (REPLAY_ID, *SCD2_COLUMNS)])
+    kept = StructType([f for f in fresh.schema.fields
+                       if f.name not in (REPLAY_ID, SOURCE_ROW, CAST_ERRORS, *SCD2_COLUMNS)])
     typed = any(c.type for c in spec.columns)
     old = taken.where(F.col(SOURCE_ROW).isNull()).select(
         F.from_json("_row", kept).alias("_old")).select(
@@ -289,10 +297,11 @@ def _rows(spark: SparkSession, table: Table, spec: SilverTableSpec,
 
 
 def _deduplicated(spark: SparkSession, table: Table, spec: SilverTableSpec, rows: DataFrame,
-                  commits: BatchCommits, replay_id: int) -> tuple[DataFrame, int]:
+                  count: int, commits: BatchCommits,
+                  replay_id: int) -> tuple[DataFrame, int]:
     """``rows`` without duplicates of a table with ``dedup``: one row per key (the earliest in
     event time), none whose key the table has (as it was before this replay's own commit, for
-    a replay completed after a stop); and how many were left out."""
+    a replay completed after a stop); and how many of its ``count`` rows were left out."""
     if spec.dedup is None:
         return rows, 0
     keys = list(spec.dedup.keys)
@@ -304,7 +313,7 @@ def _deduplicated(spark: SparkSession, table: Table, spec: SilverTableSpec, rows
     kept = rows.withColumn("_first", F.row_number().over(first)).where("_first = 1") \
         .drop("_first").join(before.select(*[quote(k) for k in keys]).distinct(), keys,
                              "left_anti")
-    return kept, rows.count() - kept.count()
+    return kept, count - kept.count()
 
 
 def _with_replay_column(spark: SparkSession, table: Table) -> None:

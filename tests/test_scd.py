@@ -20,7 +20,7 @@ from framework.errors import ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from silver.job import SilverJob
 from tests import cdc_reference as ref
-from tests.support import Lakehouse, bronze_spec, replay_last_batch, write_delta_commits
+from tests.support import Lakehouse, bronze_spec, cli, replay_last_batch, write_delta_commits
 
 SCHEMA = "id BIGINT, name STRING, segment STRING, note STRING, seq BIGINT, op STRING, " \
          "_batch_id BIGINT"
@@ -267,6 +267,62 @@ def test_a_column_the_feed_gains_reaches_the_table_and_its_change_log(
     rows = table(spark, lakehouse)
     assert [r.tier for r in rows.where("id = 999").collect()] == ["gold"]
     assert rows.where("tier IS NULL").count() == rows.count() - 1  # earlier rows: null
+
+
+THIRD = {"name": "not_third", "rule": "seq % 3 != 2", "action": "quarantine"}
+PLAIN = {"keys": ["id"], "sequence_by": "seq", "except_columns": ["op"]}
+
+
+@pytest.mark.parametrize("mode", ["scd2", "upsert", "plain upsert"])
+def test_changes_quarantined_then_replayed_give_the_table_they_would_have_given(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        mode: str) -> None:
+    """A rule quarantines every change of sequence 2 mod 3 (a delete and a duplicate among them);
+    the rule dropped, ``quarantine replay`` applies them as changes, late ones at their place in
+    each key's history: the table equals the reference of the whole stream, and a second replay
+    changes nothing."""
+    events = STREAM if mode != "plain upsert" else \
+        [e for e in STREAM if e.op is ref.Op.UPSERT]
+    spec: dict[str, Any] = {"scd2": {"mode": "scd2", "scd2": SCD2},
+                            "upsert": {"mode": "upsert", "upsert": CHANGES},
+                            "plain upsert": {"mode": "upsert", "upsert": PLAIN}}[mode]
+    if mode == "scd2":
+        want = reference(spark, ref.scd2(events, keys=ref.KEYS,
+                                         track_history_except=ref.UNTRACKED), VERSION_COLUMNS)
+        got = versions
+    else:
+        want = reference(spark, ref.scd1(events, keys=ref.KEYS, sequence_by="seq"),
+                         LATEST_COLUMNS)
+        got = table
+    held_back = [e for e in events if e.sequence % 3 == 2]
+    passed = [e for e in events if e not in held_back]
+    # replayed after newer changes of their key: each lands inside its key's history
+    assert len(held_back) >= 3 and any(
+        e.sequence < max((p.sequence for p in passed if p.key == e.key), default=-1)
+        for e in held_back)
+    if mode != "plain upsert":
+        assert any(e.op is not ref.Op.UPSERT for e in held_back)  # a removal among them
+    lakehouse = Lakehouse(tmp_path)
+    lake_with(lakehouse, expectations=[THIRD], **spec)
+    summary = apply(spark, lakehouse, events, 7)
+    assert summary.counts["quarantined_rows"] == len(held_back)
+    assert summary.counts["rule:not_third"] == len(held_back)
+
+    lake_with(lakehouse, **spec)  # the rule dropped
+    assert cli(lakehouse, "quarantine", "replay", "customers") == 0
+    out = capsys.readouterr().out
+    assert f"{len(held_back)} rows replayed: {len(held_back)} written, 0 quarantined again" in out
+    assert_df_equality(got(spark, lakehouse), want, ignore_row_order=True,
+                       ignore_nullable=True, ignore_column_order=True)
+    assert "_replay_id" not in table(spark, lakehouse).columns
+    quarantine = spark.read.format("delta").load(
+        lakehouse.project().table("customers", Layer.SILVER).companion_location("quarantine"))
+    assert sorted(r["_state"] for r in quarantine.collect()) == ["replayed"] * len(held_back)
+
+    assert cli(lakehouse, "quarantine", "replay", "customers") == 0  # none left
+    assert ".customers: no quarantined rows to replay" in capsys.readouterr().out
+    assert_df_equality(got(spark, lakehouse), want, ignore_row_order=True,
+                       ignore_nullable=True, ignore_column_order=True)
 
 
 def test_a_mart_joins_facts_to_the_version_valid_at_their_time_and_still_prunes(

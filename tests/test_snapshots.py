@@ -21,7 +21,7 @@ from framework.errors import ConfigValidationError
 from framework.job import RunContext, RunStatus, RunSummary
 from silver.job import SilverJob
 from tests import cdc_reference as ref
-from tests.support import Lakehouse, bronze_spec, replay_last_batch, write_delta_commits
+from tests.support import Lakehouse, bronze_spec, cli, replay_last_batch, write_delta_commits
 
 BRONZE = "id BIGINT, name STRING, segment STRING, note STRING, _source_file STRING"
 # The snapshot's id is the extract date in the landed file's name (null for a file without).
@@ -138,7 +138,7 @@ def test_scd1_from_snapshots_equals_the_reference_in_any_batching(spark: SparkSe
 
 
 def test_a_late_snapshot_is_quarantined_and_a_redelivered_one_changes_nothing(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lakehouse = lake(tmp_path, False, mode="scd2", scd2=SNAPSHOT)
     run(spark, lakehouse, extracts(D1, D2, D4))
@@ -157,6 +157,12 @@ def test_a_late_snapshot_is_quarantined_and_a_redelivered_one_changes_nothing(
     quarantined = spark.read.format("delta").load(silver.companion_location("quarantine"))
     assert sorted(tuple(r["_failed_rules"]) for r in quarantined.collect()) == sorted(
         [("snapshot_in_order",)] * len(EXTRACTS[D3]) + [("has_extract_date",)])
+    # a row of a snapshot is not a change on its own: a replay is refused, saying why
+    assert cli(lakehouse, "quarantine", "replay", "customers") == 2
+    assert "expected a table of changes or appended rows to replay rows into, found " \
+        f"{silver.full_name} made from full snapshots" in capsys.readouterr().err
+    assert spark.read.format("delta").load(silver.companion_location("quarantine")) \
+        .where("_state = 'quarantined'").count() == len(EXTRACTS[D3]) + 1
 
 
 def test_snapshot_config_errors(tmp_path: Path) -> None:
