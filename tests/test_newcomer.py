@@ -22,6 +22,8 @@ from tests.pages import Block, run_as_written, section
 from tests.support import REPO, medallion_cmd
 
 README = REPO / "README.md"
+# the first feed ends where the next section, on the demo's checks and quarantine, begins
+CHECKS = "## Checks, and the quarantine's rows sent again"
 # the aggregate new proposes (the sum of the first number), which the page's edit replaces
 PROPOSED = '  - {name: total_open, expr: "sum(open)", comment: Sum of open}\n'
 ROW = re.compile(r"^(2026-\d\d-01)\s*\|\s*(\w+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)$", re.MULTILINE)
@@ -47,7 +49,7 @@ def sample_rows(blocks: list[Block]) -> list[str]:
 
 @pytest.mark.slow
 def test_the_readme_first_feed_reaches_a_monthly_gold_table(tmp_path: Path) -> None:
-    blocks = section(README, "## Your first feed", "## Where it runs", "yaml", "bash", "text")
+    blocks = section(README, "## Your first feed", CHECKS, "yaml", "bash", "text")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")},
            "PYTHONPATH": str(REPO)}
     conf = tmp_path / "conf"

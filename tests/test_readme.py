@@ -12,7 +12,9 @@ demo's figures must hold:
 * the quickstart's last command, the demo run again, changes no table;
 * no command prints a line of Spark's, Hadoop's or the JVM's log: each line of its output is
   its own, or one of its events (other commands the documentation shows are run on the same
-  lake, as a person at a terminal sees them)."""
+  lake, as a person at a terminal sees them);
+* `quarantine list orders` prints states and rules the README's section on checks shows, and
+  as many orders of quantity 0 as the demo quarantined."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tests.support import QuickstartLake, foreign_lines, row_counts
+from tests.support import REPO, QuickstartLake, foreign_lines, row_counts
 
+README = REPO / "README.md"
+CHECKS = "## Checks, and the quarantine's rows sent again"
 # The quickstart's lake is made once per worker (tests/conftest.py), shared with the Spark
 # Connect demo's comparison: both run in one xdist group, so it is made once.
 pytestmark = [pytest.mark.slow, pytest.mark.demo, pytest.mark.xdist_group("quickstart")]
@@ -210,3 +214,28 @@ def _segments_at_the_time(spark: SparkSession, root: Path, orders: DataFrame) ->
         F.max_by("segment", "updated_at").alias("segment"))
     return per_order.groupBy("order_date", "segment").agg(
         F.count(F.lit(1)).alias("orders"), F.sum("amount").alias("revenue"))
+
+
+def test_the_quarantine_is_listed_as_the_readme_shows_it(
+        quickstart_lake: QuickstartLake) -> None:
+    """The quickstart's `quarantine list orders`: its states and rules among those the README's
+    section on checks shows, its count of `positive_quantity` the demo's quarantined orders;
+    and the spec that section shows is the shipped one's."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split(CHECKS, 1)[1].split("\n## ", 1)[0]
+    shown = _listed(section.split("medallion quarantine list orders", 1)[1]
+                    .split("```text\n", 1)[1].split("```", 1)[0])
+    listed = _listed(quickstart_lake.outputs[".venv/bin/medallion quarantine list orders"])
+    assert listed and set(listed) <= set(shown), (listed, shown)
+    assert listed[("quarantined", "positive_quantity")] == \
+        quickstart_lake.first_summary["layers"]["silver"]["orders"]["quarantined"] > 0
+    fragment = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    spec = (REPO / "conf" / "tables" / "silver" / "orders.yaml").read_text(encoding="utf-8")
+    assert [line for line in fragment.splitlines() if line not in spec] == []
+
+
+def _listed(out: str) -> dict[tuple[str, str], int]:
+    """(state, rule): rows, of what `quarantine list` prints."""
+    rows = [[cell.strip() for cell in line.split("|")] for line in out.splitlines()
+            if line.count("|") == 4 and not line.startswith("state")]
+    return {(r[0], r[1]): int(r[2].replace(",", "")) for r in rows}
