@@ -51,11 +51,14 @@ that ends before its phase opens passes that kill and the delivery's later ones 
 delivery. The reserve slices take what is left, one by one; once every interruption has
 happened, the rest of the feed lands in one delivery.
 
-``--replay`` corrects silver.orders' rule ``positive_quantity`` once the deliveries are in
-(orders of quantity 0 pass it), and replays the rows it quarantined (``medallion quarantine
-replay``): once on the clean root, and on the chaos root interrupted in the replay's three steps
-(marking its rows, their batch through the table, marking them replayed); a replay id is the
-version of the root's own quarantine, so only whether a row has one is compared.
+``--replay``, once the deliveries are in, runs rounds of a quarantine's lifecycle
+(:func:`replay_under_kills`): silver.orders' rule ``positive_quantity`` corrected (orders of
+quantity 0 pass it) and the rows it quarantined replayed (``medallion quarantine replay``),
+once on the clean root, and on the chaos root interrupted in the replay's three steps (marking
+its rows, their batch through the table, marking them replayed) until a replay finds nothing
+left; then the strict rule back, a file of orders of quantity 0 landed, and the next round,
+until every interruption was sent. A replay id is the version of the root's own quarantine, so
+only whether a row has one is compared.
 
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
@@ -81,9 +84,10 @@ Then the two roots must hold the same lake:
   in = bronze's rows.
 
 Any difference is printed with the seed, the phases and the kill times, so it can be replayed.
-The last line is one JSON object: ``kills``, ``restarts``, ``lost``, ``duplicated``,
-``mismatched_tables``, the interruptions and ``ratio`` = kills survived / kills (all of them
-when the lake matches, none when it does not).
+The last line is one JSON object: ``kills`` (those sent), ``kills_unsent`` (planned, but their
+phase never opened), ``restarts``, ``lost``, ``duplicated``, ``mismatched_tables``, the
+interruptions and ``ratio`` = kills survived / kills planned (all those sent when the lake
+matches, none when it does not; a kill never sent counts against it).
 """
 
 from __future__ import annotations
@@ -653,34 +657,69 @@ def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
 # ---------------------------------------------------------------------------------- replay
 STRICT, CORRECTED = 'rule: "quantity > 0"', 'rule: "quantity >= 0"'
 REPLAY = ("quarantine", "replay", "silver.orders", "--rule", "positive_quantity")
+QUANTITY = re.compile(r'("quantity"\s*:\s*)-?[0-9]+')
 
 
-def replay_under_kills(work: Path, clean: Lake, chaos: Lake, steps: list[Interruption],
-                       done: list[Interruption]) -> int:
-    """silver.orders' rule positive_quantity corrected to let the feed's orders of quantity
-    0 pass, and the rows it quarantined replayed: the clean root once, the chaos root
-    interrupted at each of ``steps``. Each restart is a replay (which completes a stopped one
-    first, then finds none left to take), every third a run in between. A replay and a run
-    then settle both roots (gold reads the replayed rows). Returns the restarts."""
+def free_orders(feed: Path, work: Path, round_: int) -> tuple[Path, Path]:
+    """The feed's newest orders file again, its orders under new ids (``z<round>`` before
+    each) and all of quantity 0, landed now: orders the strict rule quarantines. Returns the
+    file and the folder it is delivered from."""
+    orders = sorted((feed / "landing" / "orders").glob("*.json"),
+                    key=lambda p: (p.stat().st_mtime, p.name))
+    folder = work / "free" / str(round_)
+    target = folder / "landing" / "orders" / f"z{round_}-{orders[-1].name}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = ORDER_ID.sub(rf"\g<1>z{round_}", orders[-1].read_text())
+    target.write_text(QUANTITY.sub(r"\g<1>0", text))
+    return target, folder
+
+
+def replay_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
+                       steps: list[Interruption], done: list[Interruption]) -> int:
+    """Rounds of the quarantine's lifecycle on both roots, until every one of ``steps`` was
+    sent. A round: (from the second on) a file of orders of quantity 0 landed and run under
+    silver.orders' strict rule positive_quantity, which quarantines them; the rule corrected
+    (orders of quantity 0 pass); the quarantined rows replayed, the clean root once, the chaos
+    root interrupted at the steps in turn (each restart a replay, which first completes one a
+    kill stopped) until a replay ends before its step's phase opens: nothing was left to
+    replay, so the step waits for the next round; a last replay completes the round. The steps
+    a cap of rounds (three per step) leaves unsent stay ``missed``. A replay and a run then
+    settle both roots (gold reads the replayed rows). Returns the restarts."""
     spec = work / "conf" / "tables" / "silver" / "orders.yaml"
-    if STRICT not in spec.read_text():
+    strict = spec.read_text()
+    if STRICT not in strict:
         raise SystemExit(f"expected {STRICT} in {spec}: the replay corrects it")
-    spec.write_text(spec.read_text().replace(STRICT, CORRECTED))
-    duration = run_through(work, clean, command=REPLAY)
-    print(f"replay: clean {duration:.1f} s, {len(steps)} interruptions", flush=True)
-    restarts = 0
-    for i, step in enumerate(steps):
-        command = RUN_ALL if i % 3 == 2 else REPLAY
-        step.delivery = 0
-        interrupt(work, chaos, step, duration, command)
-        restarts += 1
-        if step.outcome == "missed" and command == RUN_ALL:
-            step.outcome, step.at_s = "planned", None
+    queue, restarts, round_ = list(steps), 0, 0
+    while queue and round_ < 3 * len(steps):
+        if round_:
+            spec.write_text(strict)
+            landed, folder = free_orders(feed, work, round_)
+            deliver([landed], folder, [clean.root, chaos.root])
+            for lake in (clean, chaos):
+                run_through(work, lake)
+            restarts += 1
+        spec.write_text(strict.replace(STRICT, CORRECTED))
+        duration = run_through(work, clean, command=REPLAY)
+        print(f"replay round {round_}: clean {duration:.1f} s, {len(queue)} interruptions "
+              f"left", flush=True)
+        while queue:
+            step = queue[0]
+            step.delivery = round_
             interrupt(work, chaos, step, duration, REPLAY)
             restarts += 1
-        done.append(step)
-        print(f"  {step.signal} in {step.phase} ({' '.join(command[:2])}) at {step.at_s} s, "
-              f"after {step.after or '(no event yet)'}: {step.outcome}", flush=True)
+            if step.outcome == "missed":  # nothing left to replay: the next round
+                print(f"  {step.phase}: the replay ended before the phase", flush=True)
+                step.outcome, step.at_s, step.after = "planned", None, ""
+                break
+            done.append(queue.pop(0))
+            print(f"  {step.signal} in {step.phase} (round {round_}) at {step.at_s} s, after "
+                  f"{step.after or '(no event yet)'}: {step.outcome}", flush=True)
+        run_through(work, chaos, command=REPLAY)
+        restarts += 1
+        round_ += 1
+    for step in queue:
+        step.outcome = "missed"
+    spec.write_text(strict.replace(STRICT, CORRECTED))
     for lake in (clean, chaos):
         run_through(work, lake, command=REPLAY)
         run_through(work, lake)
@@ -956,10 +995,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "--kills times in the backfill and in the runs that settle landing "
                         "copies of its files")
     parser.add_argument("--replay", action="store_true",
-                        help="after the deliveries, correct silver.orders' rule "
-                        "positive_quantity and replay the rows it quarantined: the clean root "
-                        "once, the chaos root killed --kills times in the replay's steps, each "
-                        "restart a replay or a run in turn")
+                        help="after the deliveries, rounds of: correct silver.orders' rule "
+                        "positive_quantity and replay the rows it quarantined (the clean root "
+                        "once, the chaos root interrupted in the replay's steps until nothing is "
+                        "left), then land orders the strict rule quarantines again")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -1076,7 +1115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         more, journal = backfill_under_kills(work, clean, chaos, feed, refresh_plan, done)
         restarts += more
     elif args.replay:
-        restarts += replay_under_kills(work, clean, chaos, refresh_plan, done)
+        restarts += replay_under_kills(work, feed, clean, chaos, refresh_plan, done)
     missed = pending + plan + [s for s in refresh_plan if s.outcome == "missed"]
     for step in missed:
         step.outcome = "missed"
@@ -1099,8 +1138,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     history, statuses = history_mismatches(spark, chaos.root)
     refused = sorted({m for log in work.glob("chaos-*.log")
                       for m in FAULT.findall(log.read_text(errors="replace"))})
-    kills = [s for s in done if s.signal == "KILL"]
-    terms = [s for s in done if s.signal == "TERM"]
+    # an interruption counts once sent; a kill never sent counts against the ratio
+    kills = [s for s in done if s.signal == "KILL" and s.at_s is not None]
+    terms = [s for s in done if s.signal == "TERM" and s.at_s is not None]
+    unsent = len({id(s) for s in [*done, *missed] if s.signal == "KILL" and s.at_s is None})
     failed = [s for s in done if s.outcome == "failed"]
     ok = not (mismatched or lost or duplicated or summaries or failed or history or journal)
     if not ok:
@@ -1119,7 +1160,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "phases_hit": sorted({s.phase for s in done}, key=lambda name: ORDER[name]),
         "missed": [s.phase for s in missed], "interruptions": [s.brief() for s in done],
         "seconds": round(time.perf_counter() - began, 1),
-        "ratio": (len(kills) if ok else 0) / len(kills) if kills else 0.0}
+        "kills_unsent": unsent,
+        "ratio": (len(kills) if ok else 0) / (len(kills) + unsent) if kills else 0.0}
     print(json.dumps(result), flush=True)
     return result
 
