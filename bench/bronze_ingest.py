@@ -181,7 +181,7 @@ def run_framework(spark, conf: Path, name: str) -> tuple[float, dict[str, int], 
     elapsed = time.perf_counter() - started
     if summary.status is not RunStatus.SUCCEEDED:
         raise SystemExit(f"framework run failed: {summary.error}")
-    steps = job.seconds()
+    steps = job.feed.seconds() | job.run_seconds
     steps["other"] = round(elapsed - sum(steps.values()), 3)
     return elapsed, summary.counts | {"rows_out": summary.rows_out}, steps
 

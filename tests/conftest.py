@@ -40,7 +40,9 @@ from tests.support import Lakehouse, QuickstartLake, run_quickstart
 # made before the first test), instead of each loading and linking them from the jars.
 JVM_FOR_TESTS = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC "
                  "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
-SPARK_FOR_TESTS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# - no web UI in the tests' JVMs (none of them is looked at): `medallion sql "SELECT 1"` took
+#   5.9 s instead of 6.2 s.
+SPARK_FOR_TESTS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.ui.enabled": "false"}
 JAVA_FOR_TESTS = " ".join([JVM_FOR_TESTS, *(f"-D{k}={v}" for k, v in SPARK_FOR_TESTS.items())])
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JAVA_FOR_TESTS)
 
