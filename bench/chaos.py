@@ -655,7 +655,7 @@ def refresh_under_kills(work: Path, clean: Lake, chaos: Lake, table: str,
 
 
 # ---------------------------------------------------------------------------------- replay
-STRICT, CORRECTED = 'rule: "quantity > 0"', 'rule: "quantity >= 0"'
+STRICT, CORRECTED = "quantity > 0", "quantity >= 0"  # silver.orders' positive_quantity
 REPLAY = ("quarantine", "replay", "silver.orders", "--rule", "positive_quantity")
 QUANTITY = re.compile(r'("quantity"\s*:\s*)-?[0-9]+')
 
@@ -687,8 +687,13 @@ def replay_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
     settle both roots (gold reads the replayed rows). Returns the restarts."""
     spec = work / "conf" / "tables" / "silver" / "orders.yaml"
     strict = spec.read_text()
-    if STRICT not in strict:
-        raise SystemExit(f"expected {STRICT} in {spec}: the replay corrects it")
+    loaded = yaml.safe_load(strict)
+    rules = [e for e in loaded["expectations"] if e["name"] == "positive_quantity"]
+    if [e["rule"] for e in rules] != [STRICT]:
+        raise SystemExit(f"expected positive_quantity: {STRICT} in {spec}: the replay corrects "
+                         f"it, found {rules}")
+    rules[0]["rule"] = CORRECTED
+    corrected = yaml.safe_dump(loaded, sort_keys=False)
     queue, restarts, round_ = list(steps), 0, 0
     while queue and round_ < 3 * len(steps):
         if round_:
@@ -698,7 +703,7 @@ def replay_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
             for lake in (clean, chaos):
                 run_through(work, lake)
             restarts += 1
-        spec.write_text(strict.replace(STRICT, CORRECTED))
+        spec.write_text(corrected)
         duration = run_through(work, clean, command=REPLAY)
         print(f"replay round {round_}: clean {duration:.1f} s, {len(queue)} interruptions "
               f"left", flush=True)
@@ -719,7 +724,7 @@ def replay_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
         round_ += 1
     for step in queue:
         step.outcome = "missed"
-    spec.write_text(strict.replace(STRICT, CORRECTED))
+    spec.write_text(corrected)
     for lake in (clean, chaos):
         run_through(work, lake, command=REPLAY)
         run_through(work, lake)
