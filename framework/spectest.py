@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from framework.config.model import Environment, Layer, LayerSchemas, Runtime, Stored, Table
 from framework.errors import TableNotFoundError, UsageError
 from framework.identifiers import quote, quote_name
-from framework.layers import job_class, planner
+from framework.layers import job_class
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -404,19 +404,6 @@ def upstream_closure(project: ProjectConfig, table: Table) -> list[Table]:
     return project.in_flow_order(seen.values())
 
 
-def planned_schemas(spark: SparkSession, tables: Sequence[Table]
-                    ) -> dict[tuple[Layer, str], StructType]:
-    """The schema each of ``tables`` (in flow order) will have, as ``validate`` plans it."""
-    schemas: dict[tuple[Layer, str], StructType] = {}
-    for t in tables:
-        plan = planner(t.layer)
-        if plan is not None:
-            schema, _ = plan(spark, t, schemas)
-            if schema is not None:
-                schemas[(t.layer, t.name)] = schema
-    return schemas
-
-
 def _schema_of(schemas: Mapping[tuple[Layer, str], StructType], key: tuple[Layer, str],
                case: Case) -> StructType:
     schema = schemas.get(key)
@@ -457,6 +444,8 @@ def run_case(spark: SparkSession, project: ProjectConfig, case: Case) -> Outcome
     from framework.job import RunContext, RunStatus
 
     closure = upstream_closure(project, case.table)
+    from framework.sqlcheck import planned_schemas
+
     schemas = planned_schemas(spark, closure)
     own = schemas.get((case.table.layer, case.table.name))
     expected_columns, expected = read_records(case.expected)

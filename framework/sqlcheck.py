@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, NullType, StructType, TimestampType
 
-from framework.config.model import Environment, Layer, ProjectConfig, SqlKind, SqlText
+from framework.config.model import Environment, Layer, ProjectConfig, SqlKind, SqlText, Table
 from framework.errors import ConfigError, first_line
 from framework.layers import planner
 
@@ -83,6 +83,22 @@ def parse_schema(ddl: str) -> StructType:
     if not isinstance(schema, StructType):
         raise ValueError(f"a single type ({schema.simpleString()}), not a DDL of columns")
     return schema
+
+
+def planned_schemas(spark: SparkSession, tables: Sequence[Table]
+                    ) -> dict[tuple[Layer, str], StructType]:
+    """The schema each of ``tables`` (in flow order) will have, as Spark plans it from its spec
+    and those of the tables it reads (no data read); a table whose layer cannot plan it, or
+    whose SQL does not resolve, has none."""
+    schemas: dict[tuple[Layer, str], StructType] = {}
+    with _quiet(ERROR_LOGGERS):
+        for table in tables:
+            plan = planner(table.layer)
+            if plan is not None:
+                schema, _ = plan(spark, table, schemas)
+                if schema is not None:
+                    schemas[(table.layer, table.name)] = schema
+    return schemas
 
 
 def sql_problems(spark: SparkSession, project: ProjectConfig) -> list[ConfigError]:
