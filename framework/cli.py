@@ -38,6 +38,7 @@ from framework.commands import (
     write_json,
 )
 from framework.config.model import Layer
+from framework.contract_command import add_contract
 from framework.errors import (
     ConfigError,
     ConfigValidationError,
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = Commands(sub, common_options())
     for add_command in (_add_validate, _add_new, _add_test, _add_run, _add_refresh, _add_status,
-                        _add_sql, _add_serve, _add_report, _add_optimize, _add_init):
+                        _add_sql, _add_serve, _add_report, _add_optimize, _add_init,
+                        add_contract):
         add_command(commands)
     for layer_plugin in plugins().values():
         if layer_plugin.commands is not None:

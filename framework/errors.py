@@ -214,6 +214,11 @@ class OperationOpenError(UsageError):
     refresh, a backfill) is still open in the lake's journal (:mod:`framework.journal`)."""
 
 
+class ContractError(UsageError):
+    """Raised when a data contract cannot be read, is not a valid ODCS document, or cannot be
+    made from a spec or into one; exit code 2."""
+
+
 class TableNotFoundError(UsageError):
     """Raised when a configured table is asked for but does not exist in the catalog."""
 

@@ -310,6 +310,20 @@ class AggregateSpec(GoldSpec):
     def run_checks(self) -> list[RunCheck]:
         return [c for c in self.checks if isinstance(c, Freshness | Volume)]
 
+    def column_comments(self) -> dict[str, str]:
+        """Each aggregate's comment, then ``comments``."""
+        return {**{a.name: a.comment for a in self.aggregates if a.comment}, **self.comments}
+
+    def column_expressions(self) -> dict[str, str]:
+        return {a.name: a.expr for a in self.aggregates}
+
+    def column_origins(self) -> dict[str, str] | None:
+        """The window's columns from the event time, each group key as it is, each aggregate
+        from its expression."""
+        window = dict.fromkeys(WINDOW_COLUMNS, self.event_time) \
+            if self.window and self.event_time else {}
+        return {**window, **{k: k for k in self.group_by}, **self.column_expressions()}
+
     def event_time_column(self) -> str | None:
         """The end of a row's window (of its period): the newest is the newest event time
         the table has counted, give or take a window."""

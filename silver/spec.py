@@ -55,6 +55,8 @@ from framework.config.model import (
     ProjectConfig,
     Rebuild,
     RebuildMethod,
+    RowRule,
+    RuleKind,
     SqlKind,
     SqlText,
     Stored,
@@ -338,6 +340,28 @@ class SilverTableSpec(TableSpec):
                                           sort_keys=True)
         return parts
 
+    def column_origins(self) -> dict[str, str] | None:
+        """Each column's ``expr``, else the source column it is taken from; None without
+        ``columns`` or with transforms (code may change the columns)."""
+        if not self.columns or self.transforms:
+            return None
+        return {c.name: c.expr or c.from_ or c.name for c in self.columns}
+
+    def row_rules(self) -> list[RowRule]:
+        rules = [RowRule(e.name, RuleKind.EXPECTATION, e.rule, e.action.value)
+                 for e in self.expectations]
+        for check in self.batch_checks:
+            if isinstance(check, Unique):
+                rules.append(RowRule(check.check_name, RuleKind.UNIQUE, ", ".join(check.unique),
+                                     check.action.value,
+                                     check.unique[0] if len(check.unique) == 1 else None))
+            else:
+                what = check.references
+                rules.append(RowRule(check.check_name, RuleKind.REFERENCES,
+                                     what.model_dump_json(exclude_none=True),
+                                     check.action.value, what.column))
+        return rules
+
     @property
     def batch_checks(self) -> list[BatchCheck]:
         """The checks judged per batch: a key unique in the table, a key of another table."""
@@ -345,6 +369,12 @@ class SilverTableSpec(TableSpec):
 
     def run_checks(self) -> list[RunCheck]:
         return [c for c in self.checks if isinstance(c, Freshness | Volume)]
+
+    def table_checks(self) -> list[TableCheck]:
+        return list(self.checks)
+
+    def column_expressions(self) -> dict[str, str]:
+        return {c.name: c.expr for c in self.columns if c.expr}
 
     @property
     def references(self) -> list[References]:

@@ -6,14 +6,14 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from framework.columns import Columns
-from framework.config.checks import RunCheck
+from framework.config.checks import RunCheck, TableCheck
 from framework.config.secrets import FORMS, SecretRef
-from framework.config.types import AccountName, Identifier, Model, Text
+from framework.config.types import AccountName, Identifier, Model, Text, interpolate
 from framework.errors import SessionError
 from framework.redaction import looks_secret
 
@@ -99,6 +99,79 @@ class AzureStorage(Model):
     retry_backoff_seconds: float = Field(default=2.0, ge=0, le=120)
 
 
+class TransportType(StrEnum):
+    """The transports of ``openlineage-python`` a lineage section may name."""
+
+    CONSOLE = "console"
+    FILE = "file"
+    HTTP = "http"
+    KAFKA = "kafka"
+
+
+class Lineage(Model):
+    """Where a run's OpenLineage events go (:mod:`framework.lineage`): ``transport`` is the
+    client's own transport configuration (``type`` and its keys, as ``openlineage.yml`` spells
+    them); a key holding a secret (an HTTP ``apiKey``, Kafka's ``sasl.password``) is a
+    reference. ``spark_listener`` adds ``openlineage-spark`` to the sessions the framework
+    starts, for Spark's plan-level events beside the framework's own."""
+
+    transport: dict[str, Any]
+    namespace: Identifier | None = Field(
+        default=None, description="The jobs' namespace; default: the environment's name.")
+    spark_listener: bool = False
+
+    @field_validator("transport", mode="before")
+    @classmethod
+    def _typed_with_secret_references(cls, value: object) -> object:
+        from pydantic_core import PydanticCustomError
+
+        if not isinstance(value, dict):
+            return value
+        kind = value.get("type")
+        valid = [t.value for t in TransportType]
+        if kind not in valid:
+            raise PydanticCustomError(
+                "transport_type", "expected a transport type, one of {valid}, found {found}",
+                {"valid": ", ".join(valid), "found": repr(kind)})
+        return _secret_references(value, "transport")
+
+    def transport_config(self) -> dict[str, Any]:
+        """The transport's configuration with its secrets resolved (and registered with the
+        log redactor), for the client; never logged."""
+        return _resolved(self.transport)
+
+
+def _secret_references(value: Any, path: str) -> Any:
+    """``value`` with each secret-named key's value a :class:`SecretRef`; a literal there is
+    refused (its value not shown)."""
+    from pydantic_core import PydanticCustomError
+
+    if not isinstance(value, dict):
+        return interpolate(value)
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        where = f"{path}.{key}"
+        if looks_secret(str(key)) and not isinstance(v, dict):
+            if not _is_reference(v) and not isinstance(v, SecretRef):
+                raise PydanticCustomError(
+                    "literal_secret",
+                    "{key} holds a secret: expected a reference ({forms}), found a literal "
+                    "value (not shown)", {"key": where, "forms": FORMS})
+            out[key] = v if isinstance(v, SecretRef) else SecretRef(str(v).strip())
+        else:
+            out[key] = _secret_references(v, where)
+    return out
+
+
+
+def _resolved(value: Any) -> Any:
+    if isinstance(value, SecretRef):
+        return value.resolve()
+    if isinstance(value, dict):
+        return {k: _resolved(v) for k, v in value.items()}
+    return value
+
+
 class LayerSchemas(Model):
     """The catalog schema (database) of each layer, and of the operations tables (the run
     history, ``<ops>.runs``)."""
@@ -134,6 +207,9 @@ class Environment(Model):
         description="The Hive metastore of a local or spark-submit runtime: a thrift:// URI of "
         "a metastore service, or an absolute folder for an embedded Derby database (one host). "
         "Default: <root>/metastore_db for a local root; the cluster's own setting otherwise.")
+    lineage: Lineage | None = Field(
+        default=None, description="OpenLineage events of every table run and refresh "
+        "(framework.lineage); none when absent.")
 
     @field_validator("processing_interval")
     @classmethod
@@ -290,6 +366,31 @@ class SqlText(NamedTuple):
     text: str
 
 
+class RuleKind(StrEnum):
+    """What a row rule is: a row's own condition, or a table-level check judged per row."""
+
+    EXPECTATION = "expectation"
+    UNIQUE = "unique"
+    REFERENCES = "references"
+
+
+class RowRule(NamedTuple):
+    """A rule of a table's rows: its name, kind, what it checks (SQL, or the key), its action,
+    and the column it is about (if one)."""
+
+    name: str
+    kind: RuleKind
+    content: str
+    action: str
+    column: str | None = None
+
+    @property
+    def enforced(self) -> bool:
+        """Whether a row breaking it is kept out of the table (dropped, quarantined, held or
+        failing its batch), not only counted (``warn``)."""
+        return self.action != "warn"
+
+
 class Stored(StrEnum):
     """How a table's rows are kept, as ``medallion status`` reads them without Spark."""
 
@@ -340,6 +441,11 @@ class TableSpec(Model):
         """A folder whose files wait for this table (bronze's landing zone)."""
         return None
 
+    def external_sources(self) -> list[tuple[str, str]]:
+        """The datasets outside the lake the table reads, named as OpenLineage names them
+        (namespace, name): a feed's topics; none by default."""
+        return []
+
     def stored(self) -> Stored:
         """How the table keeps its rows; a Delta table by default."""
         return Stored.DELTA
@@ -379,6 +485,20 @@ class TableSpec(Model):
         of each run (:mod:`framework.quality`); none by default."""
         return []
 
+    def table_checks(self) -> list[TableCheck]:
+        """Every table-level check of the spec (``checks:``), those judged per batch too; by
+        default those of the run (:meth:`run_checks`)."""
+        return list(self.run_checks())
+
+    def column_comments(self) -> dict[str, str]:
+        """A description of some columns, by name (what the catalog shows as their comment);
+        none by default."""
+        return {}
+
+    def column_expressions(self) -> dict[str, str]:
+        """The SQL expression of each column the table computes, by name; none by default."""
+        return {}
+
     @property
     def holds(self) -> bool:
         """Whether rows of the table can wait in ``<table>_held`` for a key another table
@@ -403,6 +523,18 @@ class TableSpec(Model):
     def rebuild_refusal(self, table: Table) -> str | None:
         """Why ``medallion refresh`` cannot rebuild the table (None: it can)."""
         return None
+
+    def column_origins(self) -> dict[str, str] | None:
+        """Each column the table writes, with the Spark SQL expression over the table it reads
+        (its first upstream) that computes it: a column taken as is gives its input column's
+        name. None when the spec does not say (its input's columns pass through, or code may
+        change them); the column lineage of :mod:`framework.lineage`."""
+        return None
+
+    def row_rules(self) -> list[RowRule]:
+        """The rules the table's rows are checked against as they are written (expectations,
+        batch checks), whose broken rows a run counts as ``rule:<name>``; none by default."""
+        return []
 
     def stale_parts(self) -> dict[str, str]:
         """The parts of the spec deciding the content of rows already written (a column's
