@@ -25,6 +25,16 @@ come from its run history, ``ops.runs``), so everything a batch costs, in the tr
 between triggers, is in it.
 
     python bench/batch_overhead.py [--batches 200] [--rows 1000] [--rounds 2]
+    python bench/batch_overhead.py --lineage [--batches 50] [--rows 1000] [--rounds 2]
+
+``--lineage`` measures what OpenLineage events add instead (:mod:`framework.lineage`): each
+round the framework's bronze lands its batches once, then two silver tables with the same spec
+read them, side by side in one session (the order turns each round): ``events off``, and
+``events on`` with the file transport (a START and an end event per run, each reading the
+tables' schemas; the end event the run's Delta history). A side's seconds per batch are its
+whole run's seconds over its batches (the events are sent before the first batch and after the
+last: a gap between two batches' starts would not see them); the last line's ``ratio`` is
+events-off / events-on seconds per batch.
 
 It prints each round, the framework's per-step medians (milliseconds, from ``ops.runs``'s
 ``durations_ms``: Spark's steps and the job's own), and on the last line one JSON object with
@@ -162,12 +172,95 @@ def framework_side(spark: SparkSession, lake: BenchLakehouse, layer: Layer, name
     return elapsed, gaps([r["started_at"] for r in rows]), steps, summary.rows_out or 0
 
 
+def lineage_overhead(args: argparse.Namespace) -> None:
+    """Silver with OpenLineage events off and on (file transport), side by side."""
+    import dataclasses
+
+    from framework.config.model import Lineage
+
+    lake = BenchLakehouse("lineage-overhead", shuffle_partitions=2)
+    spark = lake.spark
+    lake.write("tables/bronze/orders.yaml", {"source": {
+        "path": "landing/orders", "format": "json", "schema": SCHEMA,
+        "clean_source": "archive", "max_files_per_trigger": 1}})
+    silver = {"source": {"table": "orders", "max_files_per_trigger": 1},
+              "columns": [{"name": c} for c in ("order_id", "customer_id", "store_id",
+                                                 "event_time", "quantity", "status")]
+              + [{"name": "amount", "expr": "quantity * unit_price",
+                  "type": "decimal(12,2)"}],
+              "event_time": "event_time", "dedup": {"keys": ["order_id"], "delay": DELAY},
+              "expectations": [{"name": "has_quantity", "rule": RULE, "action": "drop"}]}
+    lake.write("tables/silver/orders_off.yaml", silver)
+    lake.write("tables/silver/orders_on.yaml", silver)
+    events = lake.work / "lineage-events.jsonl"
+    lineage = Lineage(transport={"type": "file", "log_file_path": str(events),
+                                 "append": True})
+    landing = lake.root / "landing" / "orders"
+
+    def silver_side(name: str, on: bool) -> tuple[float, int]:
+        table = lake.project().table(name, Layer.SILVER)
+        if on:
+            table = dataclasses.replace(table, env=table.env.model_copy(
+                update={"lineage": lineage}))
+        started = time.perf_counter()
+        summary = SilverJob(spark, table, RunContext()).run()
+        elapsed = time.perf_counter() - started
+        if summary.status is not RunStatus.SUCCEEDED:
+            raise SystemExit(f"silver {name} failed: {summary.error}")
+        return elapsed, summary.batches
+
+    sides = {"events off": "orders_off", "events on": "orders_on"}
+    per_batch: dict[str, list[float]] = {name: [] for name in sides}
+    print(f"{args.batches} batches of {args.rows} rows per round, {args.rounds} rounds "
+          "(and a warm-up of 3 batches), silver with OpenLineage events off and on", flush=True)
+    for r in range(-1, args.rounds):
+        batches = 3 if r < 0 else args.batches
+        land(landing, batches, args.rows, r + 1)
+        framework_side(spark, lake, Layer.BRONZE, "orders", BronzeJob)
+        order = list(sides) if r % 2 else list(reversed(sides))
+        line = []
+        for name in order:
+            elapsed, ran = silver_side(sides[name], name == "events on")
+            if ran < batches:
+                raise SystemExit(f"expected {batches} batches of {name}, found {ran}")
+            line.append(f"{name} {elapsed:.1f}s ({elapsed / ran:.3f}s/batch)")
+            if r >= 0:
+                per_batch[name].append(elapsed / ran)
+        print(("warm-up: " if r < 0 else f"round {r}: ") + ", ".join(line), flush=True)
+    sent = [json.loads(line)["eventType"] for line in events.read_text().splitlines()]
+    if sent != ["START", "COMPLETE"] * (args.rounds + 1):
+        raise SystemExit(f"expected a START and a COMPLETE per run, found {sent}")
+    counts = {name: spark.read.format("delta").load(
+        lake.project().table(t, Layer.SILVER).location).count() for name, t in sides.items()}
+    if len(set(counts.values())) != 1:
+        raise SystemExit(f"expected the same rows on both sides, found {counts}")
+    median = {name: round(statistics.median(v), 4) for name, v in per_batch.items()}
+    for name in sides:
+        print(f"{name:11s} {median[name]:.4f} s per batch")
+    spark.stop()
+    shutil.rmtree(lake.work, ignore_errors=True)
+    print(json.dumps({
+        "benchmark": "batch_overhead_lineage", "batches": args.batches, "rows": args.rows,
+        "rounds": args.rounds, "cores": os.cpu_count(), "rows_written": counts,
+        "events": len(sent), "seconds_per_batch": median,
+        "added_ms_per_batch": round(1000 * (median["events on"] - median["events off"]), 1),
+        "ratio": round(median["events off"] / median["events on"], 3)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--batches", type=int, default=None,
+                        help="per round (default: 200; 50 with --lineage)")
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lineage", action="store_true",
+                        help="silver with OpenLineage events off and on, side by side")
     args = parser.parse_args()
+    if args.lineage:
+        args.batches = args.batches or 50
+        lineage_overhead(args)
+        return
+    args.batches = args.batches or 200
 
     lake = BenchLakehouse("batch-overhead", shuffle_partitions=2)
     spark = lake.spark

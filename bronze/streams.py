@@ -201,6 +201,17 @@ class StreamTableSpec(TableSpec):
         return [*([SqlText("source.schema", SqlKind.SCHEMA, schema)] if schema else []),
                 *(self.cdc.sql_texts() if self.cdc else [])]
 
+    def external_sources(self) -> list[tuple[str, str]]:
+        """Its topics (a pattern as written), as OpenLineage names Kafka's: namespace
+        ``kafka://<first bootstrap server>``."""
+        src = self.source
+        if isinstance(src, KafkaSource):
+            server = src.bootstrap_servers.split(",")[0].strip()
+            names = src.topics() or [src.topic_pattern or ""]
+        else:
+            server, names = f"{src.host()}:{EVENTHUBS_PORT}", [src.event_hub]
+        return [(f"kafka://{server}", name) for name in names]
+
     def check(self, table: Table) -> list[ConfigError]:
         return cdc_problems(self.cdc, json_feed=True, found_format=self.source.format.value,
                             schema=self.source.schema_, rescued_column=self.rescued_column)

@@ -51,6 +51,7 @@ from framework.eventtime import ALL_AVAILABLE, SPLIT_COMMITS
 from framework.history import BatchRecorder, BatchStatus, RunHistory, run_row
 from framework.identifiers import quote_name
 from framework.jvm import is_connect
+from framework.lineage import EMIT_FAILED, TableLineage
 from framework.listener import BatchProgress, ProgressListener
 from framework.logging import get_logger
 from framework.microbatch import (
@@ -62,7 +63,7 @@ from framework.microbatch import (
     record_session,
     stop_orphaned_query,
 )
-from framework.quality import record_results, run_results
+from framework.quality import CheckResult, record_results, run_results
 from framework.storage import storage_for
 from framework.text import render_table
 from framework.timeslice import TimeSlice
@@ -267,6 +268,7 @@ class Job(ABC):
         )
         # Set once the job may have written: a failure after that still runs ``finish``.
         self.started = False
+        self.check_results: list[CheckResult] = []  # the run-level checks' verdicts
         self.started_at = datetime.now(UTC)
         self.recorder = BatchRecorder(
             RunHistory(spark, table.env), self.log, run_id=ctx.run_id, table=table.full_name,
@@ -281,6 +283,10 @@ class Job(ABC):
         self.started_at = datetime.now(UTC)
         summary = TableRunSummary(self.table.full_name, self.layer.value, RunStatus.SUCCEEDED)
         self.log.info("job.started", **self.describe())
+        lineage = TableLineage.open(self.spark, self.table, self.ctx.run_id, self.ctx.operation,
+                                    self.ctx.trigger.continuous, self.log)
+        if lineage is not None:
+            lineage.started()
         interrupted = False
         try:
             self._step("prepare", self.prepare)
@@ -321,6 +327,14 @@ class Job(ABC):
         if not interrupted:
             self.recorder.wait()
             self._record(summary)
+        if lineage is not None:
+            # a run stopped by a second signal ends as a stopped one: ABORT
+            status = RunStatus.STOPPED if interrupted else summary.status
+            lineage.ended(status.value, error=summary.error, rows_in=summary.rows_in,
+                          rows_out=summary.rows_out, counts=summary.counts,
+                          checks=self.check_results, interrupted=interrupted)
+            if lineage.failures:
+                summary.counts[EMIT_FAILED] = lineage.failures
         summary.duration_s = time.monotonic() - began
         self.log.info("job.finished", **{k: v for k, v in summary.to_dict().items()
                                          if k not in ("table", "layer")})
@@ -381,6 +395,7 @@ class Job(ABC):
             summary.error = f"the table's checks could not run: {first_line(exc)}"
             self.log.error("job.failed", step="checks", error=summary.error)
             return
+        self.check_results = results
         for r in results:
             if r.passed:
                 self.log.info("quality.check.passed", check=r.check, found=r.observed)

@@ -42,7 +42,7 @@ _VALUE_PATTERNS = (
 SPARK_REDACTION_REGEX = (
     r"(?i)secret|password|passwd|token|access[.]?key|account[.]key|sas[._-]?token|"
     r"sharedaccess|[?&]sig=|credential|connection[._-]?string|jaas|client[._-]?secret|"
-    r"private[._-]?key|AccountKey="
+    r"private[._-]?key|AccountKey=|api[._-]?key"
 )
 #: Parts of the strings Spark produces (query plans, ``EXPLAIN``) that are secrets: the known
 #: formats above. Spark scans every query plan's text with it, again at each adaptive re-planning,

@@ -56,10 +56,11 @@ from framework.delta import (
     read_table,
     unset_properties,
 )
-from framework.errors import JobError, OperationOpenError, StorageError, UsageError
+from framework.errors import JobError, OperationOpenError, StorageError, UsageError, first_line
 from framework.job import RunContext, RunStatus, RunSummary, TriggerPolicy
 from framework.journal import Journal, JournalState, OperationKind, Record
 from framework.layers import reread_of
+from framework.lineage import RefreshLineage
 from framework.logging import get_logger
 from framework.staleness import SPEC_WRITTEN
 from framework.storage import Storage, storage_for
@@ -284,6 +285,25 @@ class Refresh:
             self.journal.append(JournalState.ABANDONED, reason="no plan recorded")
             self.journal.close()
             return summary
+        lineage = RefreshLineage.open(self.project.env, op, [
+            (t.table, t.targets[0].location) for t in plan.tables if t.targets], log)
+        if lineage is not None:
+            lineage.started()
+        try:
+            summary, done = self._steps(op, plan, state, summary, log)
+        except (Exception, KeyboardInterrupt) as exc:
+            if lineage is not None:
+                lineage.ended("FAIL" if isinstance(exc, Exception) else "ABORT",
+                              first_line(exc) if isinstance(exc, Exception) else str(exc))
+            raise
+        if lineage is not None:
+            lineage.ended("COMPLETE" if done else "ABORT")
+        return summary
+
+    def _steps(self, op: str, plan: RefreshPlan, state: JournalState, summary: RunSummary,
+               log: Any) -> tuple[RunSummary, bool]:
+        """The refresh's steps from ``state`` on; the rebuild's summary, and whether the
+        refresh is done (not: stopped between two steps, or in its rebuild)."""
         if state is JournalState.PLANNED:
             self._set_aside(op, plan, log)
             state = self.journal.append(JournalState.SET_ASIDE).state
@@ -304,16 +324,16 @@ class Refresh:
                                f"{self.journal.workspace(op)} and the tables' former versions "
                                f"in their Delta history")
             if summary.status is not RunStatus.SUCCEEDED or self._stopped(log):
-                return summary
+                return summary, False
             state = self.journal.append(JournalState.REBUILT).state
         if state in (JournalState.SET_ASIDE, JournalState.RESET):
-            return summary  # (stopped before its next step)
+            return summary, False  # (stopped before its next step)
         if state is JournalState.REBUILT:
             log.info("refresh.finishing")
             self.journal.append(JournalState.DONE)
         self.journal.close()
         log.info("refresh.done", tables=[t.table for t in plan.tables])
-        return summary
+        return summary, True
 
     def _stopped(self, log: Any) -> bool:
         if self.ctx.stop.is_set():

@@ -82,6 +82,67 @@ def spark_packages() -> list[str]:
     return [delta_package(), *layer_packages()]
 
 
+OPENLINEAGE_SPARK = "io.openlineage:openlineage-spark"
+OPENLINEAGE_LISTENER = "io.openlineage.spark.agent.OpenLineageSparkListener"
+# The listener's release: the newest on Maven Central (the Python client's own releases may run
+# ahead of it there); it runs on Spark 4.0 to 4.2.
+OPENLINEAGE_SPARK_VERSION = "1.53.0"
+
+
+# The keys of a transport that OpenLineage's Java client (the listener's) names otherwise than
+# the Python client: per transport type, the Python key and the Java one.
+_JAVA_TRANSPORT_KEYS = {"file": {"log_file_path": "location"},
+                        "kafka": {"topic": "topicName", "config": "properties"}}
+
+
+def openlineage_spark_package() -> str:
+    """The Maven coordinate of OpenLineage's Spark listener (``openlineage-spark``, one shaded
+    jar)."""
+    return f"{OPENLINEAGE_SPARK}_{SCALA_VERSION}:{OPENLINEAGE_SPARK_VERSION}"
+
+
+def _listener_manifest() -> Path:
+    return cache_folder() / f"openlineage-spark_{OPENLINEAGE_SPARK_VERSION}.jars"
+
+
+def openlineage_spark_jar() -> str | None:
+    """The listener's jar as the setup resolved it (:func:`main`), if still cached."""
+    manifest = _listener_manifest()
+    if not manifest.is_file():
+        return None
+    jar = manifest.read_text().strip()
+    return jar if jar and Path(local_path(jar)).is_file() else None
+
+
+def lineage_listener_conf(env: Environment) -> dict[str, str]:
+    """The settings of OpenLineage's Spark listener for an environment whose ``lineage`` asks
+    for it (``spark_listener: true``): the listener, the jobs' namespace, and the same
+    transport as the framework's events (``spark.openlineage.transport.*``, nested keys joined
+    with dots, secrets resolved: Spark's redaction masks them). Empty otherwise."""
+    from framework.lineage import namespace_of
+
+    lineage = env.lineage
+    if lineage is None or not lineage.spark_listener:
+        return {}
+    conf = {"spark.extraListeners": OPENLINEAGE_LISTENER,
+            "spark.openlineage.namespace": namespace_of(env)}
+
+    def flatten(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                flatten(f"{prefix}.{k}", v)
+        elif isinstance(value, bool):
+            conf[prefix] = str(value).lower()
+        else:
+            conf[prefix] = str(value)
+
+    transport = lineage.transport_config()
+    renamed = _JAVA_TRANSPORT_KEYS.get(str(transport.get("type")), {})
+    flatten("spark.openlineage.transport",
+            {renamed.get(k, k): v for k, v in transport.items()})
+    return conf
+
+
 def hadoop_azure_package(hadoop_version: str) -> str:
     """The Maven coordinate of hadoop-azure for ``abfss://`` paths, matching Spark's Hadoop."""
     return f"org.apache.hadoop:hadoop-azure:{hadoop_version}"
@@ -251,6 +312,7 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
         "spark.databricks.delta.snapshotPartitions": str(
             min(env.shuffle_partitions, local_cores(env.master) or env.shuffle_partitions)),
     }
+    settings.update(lineage_listener_conf(env))
     settings.update(_env_conf(env))
     return settings, root
 
@@ -260,10 +322,20 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     settings.update(conf)
     settings.update(spark_redaction(settings))
     jars = cached_jars()
+    # OpenLineage's listener, when asked for: the jar the setup cached, else resolved by
+    # Spark's Ivy like Delta's
+    listener = bool(lineage_listener_conf(env))
+    listener_jar = openlineage_spark_jar() if listener else None
+    listener_jars = [listener_jar] if listener_jar else []
+    listener_packages = [openlineage_spark_package()] if listener and not listener_jar else []
     if jars:
-        settings["spark.jars"] = ",".join(jars)
+        settings["spark.jars"] = ",".join([*jars, *listener_jars])
+        if listener_packages:
+            settings["spark.jars.packages"] = ",".join(listener_packages)
     else:  # resolved by Spark from Maven Central, as delta's configure_spark_with_delta_pip does
-        settings["spark.jars.packages"] = ",".join(spark_packages())
+        settings["spark.jars.packages"] = ",".join([*spark_packages(), *listener_packages])
+        if listener_jars:
+            settings["spark.jars"] = ",".join(listener_jars)
     settings = {"spark.master": env.master, "spark.app.name": app_name, **settings}
     debug = os.environ.get(JAVA_STACKS) == "1"
     # Python UDFs run in workers of this interpreter (PySpark's default is whatever `python3`
@@ -279,7 +351,7 @@ def _local(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSessio
     spark = builder.getOrCreate()
     if debug:  # (otherwise the quiet configuration keeps Spark's log off from the JVM's start)
         set_log_level(spark, "WARN")
-    if not jars:
+    if not jars and not listener:  # (the manifest holds spark_packages()'s jars only)
         _remember_jars(spark)
     return spark
 
@@ -408,6 +480,7 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
     }
     settings.update(storage_conf(env))
+    settings.update(lineage_listener_conf(env))  # (its jar: --packages, docs/lineage.md)
     settings.update(_env_conf(env))
     settings.update(conf or {})
     settings.update(spark_redaction(settings))
@@ -580,6 +653,13 @@ def main() -> None:
             print(f"and for medallion serve: {resolve_hive_llap(spark)}")
         except SessionError as exc:  # serve works without it, but prints a stack as it stops
             print(f"warning: hive-llap-common not resolved for medallion serve: {exc}")
+        try:  # (an environment's lineage.spark_listener adds it)
+            jar = resolve_alone(spark, openlineage_spark_package())
+            _listener_manifest().write_text(jar + "\n")
+            print(f"and for lineage.spark_listener: {jar}")
+        except SessionError as exc:
+            print(f"warning: {openlineage_spark_package()} not resolved for "
+                  f"lineage.spark_listener: {exc}")
         spark.stop()
 
 

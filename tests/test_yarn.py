@@ -76,7 +76,10 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
                  "metastore": "${MEDALLION_METASTORE}", "shuffle_partitions": 2,
                  # (one executor: a JVM fewer per application, on a cluster of one node)
                  "spark_conf": {"spark.databricks.delta.snapshotPartitions": "2",
-                                "spark.executor.instances": "1"}},
+                                "spark.executor.instances": "1"},
+                 # OpenLineage events, written by the driver in its container
+                 "lineage": {"transport": {"type": "file", "append": True,
+                                           "log_file_path": str(tmp_path / "events.jsonl")}}},
     }
     for name, body in envs.items():
         (conf / "environments").mkdir(parents=True, exist_ok=True)
@@ -107,6 +110,19 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     assert run.returncode == 0, err[-5000:]  # the application's final status
     # (Spark's log, YARN's client's included, stays off the command's output)
     assert foreign_lines(out, err) == [], err[-3000:]
+
+    # each table's run sent START, then COMPLETE naming its output by its HDFS location
+    events = [json.loads(line) for line in
+              (tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    runs = {(e["job"]["name"], e["run"]["runId"]) for e in events}
+    assert sorted(e["eventType"] for e in events) == ["COMPLETE"] * len(runs) + \
+        ["START"] * len(runs), events
+    assert {name.rsplit(".", 1)[1] for name, _ in runs} >= {
+        "orders", "customers", "stores", "store_sales", "segment_sales"}, runs
+    written = {o["name"].rsplit("/tables/", 1)[1]: o["namespace"]
+               for e in events if e["eventType"] == "COMPLETE" for o in e["outputs"]}
+    assert written["silver/orders"] == written["gold/store_sales"] and \
+        written["silver/orders"].startswith("hdfs://"), written
 
     # landing drained and archived on HDFS; the unreadable file quarantined there
     landing = list(hdfs.list_files(f"{hdfs_root}/landing/orders"))
