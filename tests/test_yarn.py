@@ -33,6 +33,7 @@ from framework.config.loader import load_project
 from framework.config.model import Layer
 from framework.storage import land
 from framework.storage.hadoop import HadoopStorage
+from tests.openlineage_events import validate
 from tests.support import BIN, REPO, foreign_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.yarn]
@@ -111,9 +112,12 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     # (Spark's log, YARN's client's included, stays off the command's output)
     assert foreign_lines(out, err) == [], err[-3000:]
 
-    # each table's run sent START, then COMPLETE naming its output by its HDFS location
+    # each table's run sent START, then COMPLETE naming its output by its HDFS location,
+    # every event valid against OpenLineage's schemas
     events = [json.loads(line) for line in
               (tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    for event in events:
+        validate(event)
     runs = {(e["job"]["name"], e["run"]["runId"]) for e in events}
     assert sorted(e["eventType"] for e in events) == ["COMPLETE"] * len(runs) + \
         ["START"] * len(runs), events
