@@ -24,8 +24,9 @@ upstream commits:
 - ``hand unique``: a streaming query with ``foreachBatch`` doing the same by hand, no framework
   code in the batch: the table read at its current version within the batch's key range, a left
   join on the key and a ``row_number`` within the batch (by event time, then the row's JSON)
-  mark the duplicates; the good rows and the quarantined ones (as JSON) appended exactly once
-  (Delta's ``txnAppId``/``txnVersion``);
+  mark the duplicates; the good rows, the quarantined ones (as JSON) and the batch's result
+  of the check (one row in a table of results, as the framework's ``<ops>.quality``) appended
+  exactly once (Delta's ``txnAppId``/``txnVersion``);
 - ``framework no check``: the same job and spec without ``checks`` (Delta's streaming sink);
 - ``framework references``: the same job with ``checks: [{references: {column: customer_id,
   table: customers}, action: quarantine}]``: each batch reads the dimension at its current
@@ -34,18 +35,23 @@ upstream commits:
   ``<ops>.quality``;
 - ``hand references``: the same by hand in ``foreachBatch``: the dimension's distinct keys at
   its current version, a left join marking the rows without a match, the marked batch cached,
-  the good rows and the missing ones (as JSON) appended exactly once.
+  the good rows, the missing ones (as JSON) and the batch's result of the check appended
+  exactly once.
 
 Each side first runs a warm-up (two batches of 1,000 rows over a table of 20,000 and a
-dimension of 2,000) on tables of its own. Seconds per batch are measured the same way for all
-sides: the median gap between the starts of consecutive micro-batches (Spark's progress
+dimension of 2,000) on tables of its own. Then ``--rounds`` measured rounds (2 by default), each
+on fresh copies of the pre-filled table and tables of its own, over the same upstream commits:
+in an even round each check's framework side runs before its hand-written one, in an odd round
+after it (the second side of a pair finds the caches the first warmed). Seconds per batch are
+measured the same way for all sides: the median gap, over every round, between the starts of
+consecutive micro-batches (Spark's progress
 reports for the hand-written queries, the run history ``ops.runs`` for the framework's, as in
 ``bench/batch_overhead.py``), so each gap holds everything one batch costs. Both sides of a
 check must end with the same row count and the same quarantined rows (order id and quantity),
 all of them the ones the data was built with.
 
     python bench/quality.py [--table-rows 10000000] [--batch-rows 100000] [--batches 5]
-                            [--dim-rows 1000000]
+                            [--dim-rows 1000000] [--rounds 2]
 
 It prints the framework's per-step medians (milliseconds per batch, from ``ops.runs``'s
 ``durations_ms``). The last line is one JSON object: seconds per batch of each side
@@ -203,7 +209,8 @@ def quarantine_table(spark: SparkSession, side: HandSide) -> str:
 def write_marked(marked: DataFrame, flag: str, check: str, side: HandSide, quarantine: str,
                  batch_id: int) -> None:
     """The rows of the cached ``marked`` batch: those without ``flag`` appended to the table,
-    those with it to the quarantine (as JSON, naming ``check``), each exactly once."""
+    those with it to the quarantine (as JSON, naming ``check``), and the batch's result of the
+    check (a row of its own table), each exactly once."""
     broken = marked.where(flag).count()
     (marked.where(~F.col(flag)).select(*COLUMNS).write.format("delta")
      .mode("append").option("txnAppId", f"hand-{check}")
@@ -217,6 +224,15 @@ def write_marked(marked: DataFrame, flag: str, check: str, side: HandSide, quara
          .write.format("delta").mode("append")
          .option("txnAppId", f"hand-{check}-quarantine")
          .option("txnVersion", batch_id).save(quarantine))
+    # the batch's result of the check, one row, as the framework records it in <ops>.quality
+    # (literals over one generated row: no Python rows handed to the JVM)
+    (marked.sparkSession.range(1, numPartitions=1).select(
+        F.lit(side.table).alias("table"), F.lit(check).alias("check"),
+        F.lit(batch_id).cast("long").alias("batch_id"), F.lit(broken == 0).alias("passed"),
+        F.lit(broken).cast("long").alias("rows_affected"),
+        F.current_timestamp().alias("recorded_at"))
+     .write.format("delta").mode("append").option("txnAppId", f"hand-{check}-results")
+     .option("txnVersion", batch_id).save(str(side.out / "quality")))
 
 
 def upstream_stream(spark: SparkSession, upstream: str) -> DataFrame:
@@ -300,6 +316,15 @@ SIDES: tuple[tuple[str, str | None, str | None], ...] = (
     ("framework references", REF_CHECK, "refs"), ("hand references", REF_CHECK, None))
 
 
+def in_order(measured: int) -> tuple[tuple[str, str | None, str | None], ...]:
+    """The sides in the order a round runs them: as :data:`SIDES` in an even round, each
+    check's hand-written side before the framework's in an odd one (the side that runs second
+    of a pair finds caches the first warmed)."""
+    if measured % 2 == 0:
+        return SIDES
+    return (SIDES[1], SIDES[0], SIDES[2], SIDES[4], SIDES[3])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table-rows", type=int, default=10_000_000)
@@ -307,7 +332,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--dim-rows", type=int, default=None,
                         help="the dimension's keys (default: a tenth of --table-rows)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="measured rounds, each on tables of its own; a check's two sides "
+                             "swap their order from one round to the next (default 2)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"expected --rounds of 1 or more, found {args.rounds}")
     if args.batches < 2:
         raise SystemExit(f"expected --batches of 2 or more (a gap between batches' starts), "
                          f"found {args.batches}")
@@ -322,14 +352,21 @@ def main() -> None:
             "path": f"landing/{name}", "format": "json", "schema": SCHEMA}})
     lake.write("tables/bronze/customers.yaml", {"source": {
         "path": "landing/customers", "format": "json", "schema": DIM_SCHEMA}})
-    for tag, source in (("", "orders"), ("_warm", "warm")):
+    # (tag, upstream, the tag of its data and dimension, sizes, round): the warm-up, then the
+    # measured rounds, each on tables of its own over the same upstream commits
+    sizes = {"_warm": (WARM_TABLE, WARM_ROWS, WARM_BATCHES, WARM_DIM),
+             "": (args.table_rows, args.batch_rows, args.batches, dim_rows)}
+    plan = [("_warm", "warm", "_warm", None)] + [
+        (f"_r{r}" if r else "", "orders", "", r) for r in range(args.rounds)]
+    for tag, source, data, _ in plan:
         base = {"source": {"table": source, "max_files_per_trigger": 1},
                 "event_time": "event_time"}
-        lake.write(f"tables/silver/customers{tag}.yaml", {"source": {"table": "customers"}})
+        if tag == data:
+            lake.write(f"tables/silver/customers{tag}.yaml", {"source": {"table": "customers"}})
         lake.write(f"tables/silver/unique{tag}.yaml",
                    {**base, "checks": [{"unique": ["order_id"], "action": "quarantine"}]})
         lake.write(f"tables/silver/refs{tag}.yaml", {**base, "checks": [{
-            "references": {"column": "customer_id", "table": f"customers{tag}"},
+            "references": {"column": "customer_id", "table": f"customers{data}"},
             "action": "quarantine", "name": REF_CHECK}]})
         lake.write(f"tables/silver/plain{tag}.yaml", base)
     project = lake.project()
@@ -337,21 +374,23 @@ def main() -> None:
     runs: dict[str, dict[str, Any]] = {}
     quarantine_counts: dict[str, int] = {}
     table_counts: dict[str, int] = {}
-    for tag, source, table_rows, batch_rows, batches, customers in (
-            ("_warm", "warm", WARM_TABLE, WARM_ROWS, WARM_BATCHES, WARM_DIM),
-            ("", "orders", args.table_rows, args.batch_rows, args.batches, dim_rows)):
-        seed = str(lake.work / f"seed{tag}")
-        started = time.perf_counter()
-        commits = prefill(spark, seed, table_rows, customers)
-        dim = project.table(f"customers{tag}", Layer.SILVER).location
-        dimension(spark, dim, customers)
+    expected: dict[str, list[tuple[str, int]]] = {}
+    for tag, source, data, measured in plan:
+        table_rows, batch_rows, batches, customers = sizes[data]
+        seed = str(lake.work / f"seed{data}")
+        dim = project.table(f"customers{data}", Layer.SILVER).location
+        if tag == data:  # the first round over this data: the table, dimension and upstream
+            started = time.perf_counter()
+            commits = prefill(spark, seed, table_rows, customers)
+            dimension(spark, dim, customers)
+            upstream = project.table(source, Layer.BRONZE).location
+            expected = dict(zip((CHECK, REF_CHECK), build_upstream(
+                spark, upstream, table_rows, batch_rows, batches, customers), strict=True))
+            if measured is not None:
+                print(f"pre-filled {table_rows:,} rows in {commits} commits, a dimension of "
+                      f"{customers:,} keys, {batches} upstream commits of {batch_rows:,} rows "
+                      f"({time.perf_counter() - started:.1f}s)", flush=True)
         upstream = project.table(source, Layer.BRONZE).location
-        expected = dict(zip((CHECK, REF_CHECK), build_upstream(
-            spark, upstream, table_rows, batch_rows, batches, customers), strict=True))
-        if not tag:
-            print(f"pre-filled {table_rows:,} rows in {commits} commits, a dimension of "
-                  f"{customers:,} keys, {batches} upstream commits of {batch_rows:,} rows "
-                  f"({time.perf_counter() - started:.1f}s)", flush=True)
         hands = {name: HandSide(lake.work, name.replace(" ", "_") + tag)
                  for name, _, silver in SIDES if silver is None}
         tables = {name: project.table(f"{silver}{tag}", Layer.SILVER).location
@@ -363,7 +402,7 @@ def main() -> None:
         for location in tables.values():
             shutil.copytree(seed, local(location))
         line = []
-        for name, check, silver in SIDES:
+        for name, check, silver in in_order(measured or 0):
             steps: dict[str, list[int]] = {}
             if silver is not None:
                 elapsed, between, steps, _ = framework_side(spark, lake, Layer.SILVER,
@@ -376,10 +415,16 @@ def main() -> None:
                 raise SystemExit(f"expected {batches} batches of {name}, found "
                                  f"{len(between) + 1}")
             line.append(f"{name} {elapsed:.1f}s ({statistics.median(between):.2f}s/batch)")
-            if not tag:
-                runs[name] = {"elapsed": elapsed, "gaps": between, "steps": {
-                    step: statistics.median(ms) for step, ms in sorted(steps.items())}}
-        print(("warm-up: " if tag else "run: ") + ", ".join(line), flush=True)
+            if measured is not None:
+                run = runs.setdefault(name, {"elapsed": [], "gaps": [], "round_medians": [],
+                                             "steps": {}})
+                run["elapsed"].append(elapsed)
+                run["gaps"] += between
+                run["round_medians"].append(round(statistics.median(between), 3))
+                for step, ms in steps.items():
+                    run["steps"].setdefault(step, []).extend(ms)
+        print(("warm-up: " if measured is None else f"round {measured}: ") + ", ".join(line),
+              flush=True)
 
         rows = {name: spark.read.format("delta").load(location).count()
                 for name, location in tables.items()}
@@ -404,25 +449,27 @@ def main() -> None:
                 extra = sorted(set(keys) - set(wanted))[:5]
                 raise SystemExit(f"expected {name} to quarantine {len(wanted)} rows, found "
                                  f"{len(keys)} (missing {absent}, not expected {extra})")
-        if not tag:
+        if measured == 0:
             quarantine_counts = {name: len(keys) for name, keys in kept.items()}
             table_counts = rows
 
     median = {name: round(statistics.median(r["gaps"]), 3) for name, r in runs.items()}
     for name, seconds in median.items():
-        print(f"{name:22s} {seconds:.3f} s per batch")
-    for name, r in runs.items():
-        if r["steps"]:  # (the framework's, from ops.runs)
-            print(f"{name} steps (median ms per batch): "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in r["steps"].items()))
+        print(f"{name:22s} {seconds:.3f} s per batch (each round's: "
+              f"{', '.join(f'{m:.3f}' for m in runs[name]['round_medians'])})")
+    steps_ms = {name: {step: statistics.median(ms) for step, ms in sorted(r["steps"].items())}
+                for name, r in runs.items() if r["steps"]}  # (the framework's, from ops.runs)
+    for name, steps in steps_ms.items():
+        print(f"{name} steps (median ms per batch): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in steps.items()))
     spark.stop()
     shutil.rmtree(lake.work, ignore_errors=True)
     ratio = round(median["hand unique"] / median["framework unique"], 3)
     ratio_references = round(median["hand references"] / median["framework references"], 3)
     print(json.dumps({
         "benchmark": "quality", "table_rows": args.table_rows, "batch_rows": args.batch_rows,
-        "batches": args.batches, "dim_rows": dim_rows,
-        "measure": "median gap between batch starts",
+        "batches": args.batches, "dim_rows": dim_rows, "rounds": args.rounds,
+        "measure": "median gap between batch starts, over every round",
         "framework_unique_s": median["framework unique"],
         "hand_unique_s": median["hand unique"],
         "framework_no_check_s": median["framework no check"],
@@ -434,8 +481,9 @@ def main() -> None:
         "ratio": ratio, "ratio_references": ratio_references,
         "ratio_min": min(ratio, ratio_references),
         "quarantined": quarantine_counts, "table_rows_after": table_counts,
-        "seconds": {name: round(r["elapsed"], 1) for name, r in runs.items()},
-        "framework_steps_ms": {name: r["steps"] for name, r in runs.items() if r["steps"]},
+        "round_medians_s": {name: r["round_medians"] for name, r in runs.items()},
+        "seconds": {name: [round(e, 1) for e in r["elapsed"]] for name, r in runs.items()},
+        "framework_steps_ms": steps_ms,
         "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}))
 
 
