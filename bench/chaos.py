@@ -60,6 +60,16 @@ left; then the strict rule back, a file of orders of quantity 0 landed, and the 
 until every interruption was sent. A replay id is the version of the root's own quarantine, so
 only whether a row has one is compared.
 
+``--hold``, once the deliveries are in, runs rounds of held rows' lifecycle
+(:func:`hold_under_kills`), silver.orders' ``max_hold`` shortened to :data:`HOLD_FOR`: two files
+of orders land, of two stores silver.stores does not have, and both roots run (silver.orders
+holds them in ``orders_held``); then one of the two stores lands and, once the rows are held
+longer than ``max_hold``, the clean root runs once, the chaos root interrupted in the release
+(its rows of the store that came appended to silver.orders, those of the store that never
+comes to its quarantine, both removed from ``orders_held``: a kill completes the release at
+the restart) until a run finds nothing to release; then the next round, until every
+interruption was sent.
+
 ``--terms`` more interruptions are SIGTERM to the driver: the run must exit 0 with a summary
 that says it stopped (or finished), and the next run carry on.
 
@@ -193,6 +203,9 @@ PHASES = [  # in the pipeline's order
     Phase("replay-mark", "silver.quarantine.marking", 0.3, "orders", op="replay"),
     Phase("replay-batch", "silver.quarantine.sending", 2.0, "orders", op="replay"),
     Phase("replay-finish", "silver.quarantine.finishing", 0.3, "orders", op="replay"),
+    # --hold: a release of held rows (their append, the expired ones' quarantine, the rewrite
+    # of the held table), and the restart's completion of one a kill stopped
+    Phase("hold-release", "silver.held.releasing", 3.0, "orders", op="hold"),
 ]
 ORDER = {p.name: i for i, p in enumerate(PHASES)}
 # Without the clean run's times, a delivery takes a moment drawn over the clean run first,
@@ -731,6 +744,97 @@ def replay_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
     return restarts + 2
 
 
+# ---------------------------------------------------------------------------------- hold
+HOLD_FOR = 20  # seconds: silver.orders' max_hold in --hold's rounds
+STORE_ID = re.compile(r'("store_id"\s*:\s*")[^"]*')
+
+
+def held_orders(feed: Path, work: Path, round_: int) -> tuple[list[Path], Path, Path]:
+    """The feed's newest orders file twice again, its orders under new ids, all of a store
+    silver.stores lacks: ``n<round>`` (which comes) and ``x<round>`` (which never does); the
+    row of store ``n<round>``; and the folder they are delivered from."""
+    orders = sorted((feed / "landing" / "orders").glob("*.json"),
+                    key=lambda p: (p.stat().st_mtime, p.name))
+    folder = work / "held" / str(round_)
+    written = []
+    for store in (f"n{round_}", f"x{round_}"):
+        target = folder / "landing" / "orders" / f"{store}-{orders[-1].name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = ORDER_ID.sub(rf"\g<1>{store}-", orders[-1].read_text())
+        target.write_text(STORE_ID.sub(rf"\g<1>{store}", text))
+        written.append(target)
+    store = folder / "landing" / "stores" / f"store-n{round_}.json"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps({"store_id": f"n{round_}", "name": f"Store n{round_}",
+                                 "region": "north", "opened_on": "2026-11-01"}) + "\n")
+    return written, store, folder
+
+
+def released(log: Path) -> tuple[int, int]:
+    """The rows a run released and expired (its ``silver.held.released`` events)."""
+    events = [e for e in LogTail(log).events() if e.get("event") == "silver.held.released"]
+    return (sum(int(e.get("released_rows", 0)) for e in events),
+            sum(int(e.get("expired_rows", 0)) for e in events))
+
+
+def hold_under_kills(work: Path, feed: Path, clean: Lake, chaos: Lake,
+                     steps: list[Interruption], done: list[Interruption]) -> int:
+    """Rounds of held rows' lifecycle on both roots, until every one of ``steps`` was sent
+    (see the module's text); the steps a cap of rounds (three per step) leaves unsent stay
+    ``missed``. Returns the restarts."""
+    spec = work / "conf" / "tables" / "silver" / "orders.yaml"
+    loaded = yaml.safe_load(spec.read_text())
+    holds = [c for c in loaded.get("checks", []) if c.get("action") == "hold"]
+    if len(holds) != 1 or not (work / "conf" / "tables" / "silver" / "stores.yaml").exists():
+        raise SystemExit(f"--hold needs silver.stores and one check of silver.orders that "
+                         f"holds rows for it, found {holds} in {spec}")
+    holds[0]["max_hold"] = f"{HOLD_FOR} seconds"
+    spec.write_text(yaml.safe_dump(loaded, sort_keys=False))
+    roots = [clean.root, chaos.root]
+    queue, restarts, round_ = list(steps), 0, 0
+    while queue and round_ < 3 * len(steps):
+        orders, store, folder = held_orders(feed, work, round_)
+        deliver(orders, folder, roots)
+        held_at = {}
+        for lake in (clean, chaos):  # the rows held
+            run_through(work, lake)
+            held_at[lake.name] = time.monotonic()
+        restarts += 1
+        deliver([store], folder, roots)
+        for lake in (clean, chaos):
+            time.sleep(max(held_at[lake.name] + HOLD_FOR + 2 - time.monotonic(), 0.0))
+            if lake is clean:  # the release, once
+                duration = run_through(work, clean)
+                ready, expired = released(clean.last_log) if clean.last_log else (0, 0)
+                if not (ready and expired):
+                    raise SystemExit(f"round {round_}: the clean root released {ready} rows "
+                                     f"and expired {expired}, expected some of each: "
+                                     f"{clean.last_log}")
+                print(f"hold round {round_}: clean {duration:.1f} s ({ready} rows released, "
+                      f"{expired} expired), {len(queue)} interruptions left", flush=True)
+        settled = False
+        while queue:
+            step = queue[0]
+            step.delivery = round_
+            interrupt(work, chaos, step, duration)
+            restarts += 1
+            if step.outcome == "missed":  # released: the next round
+                print(f"  {step.phase}: the run ended before the phase", flush=True)
+                step.outcome, step.at_s, step.after = "planned", None, ""
+                settled = True
+                break
+            done.append(queue.pop(0))
+            print(f"  {step.signal} in {step.phase} (round {round_}) at {step.at_s} s, after "
+                  f"{step.after or '(no event yet)'}: {step.outcome}", flush=True)
+        if not settled:
+            run_through(work, chaos)
+            restarts += 1
+        round_ += 1
+    for step in queue:
+        step.outcome = "missed"
+    return restarts
+
+
 # ---------------------------------------------------------------------------------- backfill
 ORDER_ID = re.compile(r'("order_id"\s*:\s*")')
 
@@ -1004,6 +1108,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "positive_quantity and replay the rows it quarantined (the clean root "
                         "once, the chaos root interrupted in the replay's steps until nothing is "
                         "left), then land orders the strict rule quarantines again")
+    parser.add_argument("--hold", action="store_true",
+                        help="after the deliveries, rounds of: orders of two stores silver."
+                        "stores lacks held, one store landed, the release (the clean root once, "
+                        "the chaos root interrupted in it until nothing is left to release)")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -1037,8 +1145,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plan = make_plan(rng, args.kills, args.terms,
                      set(args.tables.split(",")) if args.tables else None, bool(args.faults))
     refresh_plan: list[Interruption] = []
-    if args.refresh or args.backfill or args.replay:  # the deliveries in, uninterrupted
+    if args.refresh or args.backfill or args.replay or args.hold:  # the deliveries in first
         op = "backfill" if args.backfill else "replay" if args.replay else \
+            "hold" if args.hold else \
             "refresh-bronze" if args.refresh.startswith("bronze.") else "refresh"
         refresh_plan = op_interruptions(rng, op, args.kills, args.terms, args.phases,
                                         set(args.tables.split(",")) if args.tables else None)
@@ -1121,6 +1230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         restarts += more
     elif args.replay:
         restarts += replay_under_kills(work, feed, clean, chaos, refresh_plan, done)
+    elif args.hold:
+        restarts += hold_under_kills(work, feed, clean, chaos, refresh_plan, done)
     missed = pending + plan + [s for s in refresh_plan if s.outcome == "missed"]
     for step in missed:
         step.outcome = "missed"
