@@ -93,6 +93,11 @@ Then the two roots must hold the same lake:
   written + duplicates + late + dropped + quarantined + held; over the clean runs, silver's rows
   in = bronze's rows.
 
+The commands' JVMs run with the tests' settings (``tests/jvm_classes.py``: the client compiler
+only, the class archive, interpreted projections) unless ``SPARK_SUBMIT_OPTS`` is set: what a
+kill leaves behind does not depend on them, and the harness's many short runs take about a
+third of the time they take with the JVM's defaults on a busy machine.
+
 Any difference is printed with the seed, the phases and the kill times, so it can be replayed.
 The last line is one JSON object: ``kills`` (those sent), ``kills_unsent`` (planned, but their
 phase never opened), ``restarts``, ``lost``, ``duplicated``, ``mismatched_tables``, the
@@ -1117,6 +1122,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
+    if "SPARK_SUBMIT_OPTS" not in os.environ:  # (see the module's text)
+        from tests.jvm_classes import JAVA_FOR_TESTS, sharing_options
+
+        os.environ["SPARK_SUBMIT_OPTS"] = sharing_options(JAVA_FOR_TESTS)
     rng = random.Random(args.seed)
     began = time.perf_counter()
 

@@ -13,37 +13,10 @@ from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
 from tests.faultfs import spark_conf as faulty_conf
-from tests.jvm_classes import sharing_options
+from tests.jvm_classes import JAVA_FOR_TESTS, JVM_FOR_TESTS, SPARK_FOR_TESTS, sharing_options
 from tests.minicluster import minicluster
 from tests.support import Lakehouse, QuickstartLake, run_quickstart
 
-# The tests' driver JVMs (each worker's session, every command a test runs, the Spark Connect
-# server) are started by spark-submit, which puts SPARK_SUBMIT_OPTS on the java command line.
-# The tests are bound by two cores' CPU (they keep both busy 95% of the time), and most of it
-# goes into fixed costs that small data makes large, which these settings cut:
-# - the client compiler only and the serial collector: less spent compiling and collecting
-#   (with the tiered default of 240 MB for compiled code: the client compiler alone reserves
-#   48 MB, which the demo's JVM fills, and then says so on stderr and stops compiling);
-# - no bytecode verification of the jars' classes (Spark, Delta, Hive...), loaded anew by each
-#   JVM (the JDK's own classes are not verified either);
-# - projections evaluated by Spark's interpreted implementation instead of code generated in
-#   each task (spark.sql.codegen.factoryMode, which Spark's own tests switch the same way; Spark
-#   reads it from the JVM's system properties): in a profile of tests/test_silver.py, a fifth
-#   of the driver's samples generated, and stripped of comments to look up, the code of a
-#   projection over Delta's wide log schema, in every task of a log replay. Whole-stage code
-#   generation is unchanged.
-# With the last two, `make test` took 2,470 s instead of 2,563 s for the main suite and 378 s
-# instead of 463 s for the oldest pair (two CI runs from fresh clones on a quiet machine).
-# The drivers and executors of the YARN cluster's containers get the same settings
-# (yarn_cluster below): tests/test_yarn.py then takes 346 CPU seconds instead of 424.
-# And the JVMs started here map an archive of the classes a driver loads (tests/jvm_classes.py,
-# made before the first test), instead of each loading and linking them from the jars.
-JVM_FOR_TESTS = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC "
-                 "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
-# - no web UI in the tests' JVMs (none of them is looked at): `medallion sql "SELECT 1"` took
-#   5.9 s instead of 6.2 s.
-SPARK_FOR_TESTS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.ui.enabled": "false"}
-JAVA_FOR_TESTS = " ".join([JVM_FOR_TESTS, *(f"-D{k}={v}" for k, v in SPARK_FOR_TESTS.items())])
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JAVA_FOR_TESTS)
 
 CLUSTER = ("test_packaging", "test_deploy", "test_yarn")  # build the wheel in the repository
