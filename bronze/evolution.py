@@ -140,7 +140,8 @@ class SchemaHistory:
             set_properties(self.spark, self.bronze, {WIDENING: "true"})
             widen_columns(self.spark, self.bronze, widened)
         add_columns(self.spark, self.bronze, added)
-        schema = self.table_records()
+        # (read again only when altered: the table's log is read once per run otherwise)
+        schema = self.table_records() if added or widened else current
         # Without a change from the spec, a schema not recorded yet is that of a batch whose
         # run stopped between altering the table and recording it.
         self.record(schema, batch_id, cause=SchemaCause.SPEC if added or widened
