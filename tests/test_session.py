@@ -13,12 +13,15 @@ from pyspark.sql import SparkSession
 from framework.cli import build_parser, main
 from framework.config.model import Environment, Runtime
 from framework.session import (
+    CHECKPOINT_FILE_MANAGER,
     DELTA_CATALOG,
     DELTA_EXTENSION,
     TIME_ZONE,
     delta_package,
     get_spark,
     local_cores,
+    local_settings,
+    on_local_disk,
     on_spark_connect,
     set_aside_unfinished_metastore,
     submit_conf,
@@ -232,6 +235,24 @@ def test_a_local_runtime_on_another_file_system_needs_a_metastore() -> None:
     env = Environment(name="x", runtime=Runtime.LOCAL, root="hdfs://nn:8020/lake")
     with pytest.raises(SessionError, match="no metastore"):
         get_spark(env, "x", {})
+
+
+def test_checkpoints_on_a_local_disk_are_renamed_without_starting_a_process(
+        spark: SparkSession) -> None:
+    """On a local disk the checkpoint and Delta checksum files go through Spark's FileSystem
+    -based manager (bench/local_checkpoints.py), a class of this Spark (it moved in 4.1);
+    another file system keeps Spark's default."""
+    manager = spark.conf.get(CHECKPOINT_FILE_MANAGER)
+    assert manager is not None and manager.endswith(".FileSystemBasedCheckpointFileManager")
+    loaded = spark._jvm.java.lang.Class.forName(manager)  # type: ignore[union-attr]
+    assert loaded.getName() == manager
+    assert [r for r in ("/lake", "lake", "file:/lake", "file:///lake") if on_local_disk(r)] \
+        == ["/lake", "lake", "file:/lake", "file:///lake"]
+    assert [r for r in ("hdfs://nn:8020/lake", "abfss://c@a.dfs.core.windows.net/lake",
+                        "faulty:/lake") if on_local_disk(r)] == []
+    remote = Environment(name="x", runtime=Runtime.LOCAL, root="hdfs://nn:8020/lake",
+                         metastore="thrift://metastore:9083")
+    assert CHECKPOINT_FILE_MANAGER not in local_settings(remote)[0]
 
 
 def test_a_jvm_error_names_the_jvm_exception(spark: SparkSession) -> None:
