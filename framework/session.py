@@ -270,15 +270,14 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
     Spark Connect server's): Delta, the persistent catalog under the root, the driver's Java
     options, and what keeps small batches fast on a few cores; with the environment's
     ``spark_conf``. Also the root's local folder (None for a root on another file system)."""
-    remote = "://" in env.root and not env.root.startswith("file:")
-    if remote and env.metastore is None:
+    root = local_folder(env.root)
+    if root is None and env.metastore is None:
         raise SessionError(
             f"expected a local folder as the root of a local environment, or a metastore "
             f"(a local folder or thrift:// URI) for its root on another file system, found "
             f"root {env.root!r} and no metastore")
     # A root on another Hadoop file system (hdfs://...) keeps its tables there; the catalog
     # is the metastore named.
-    root = None if remote else env.root.removeprefix("file:")
     if root is not None:
         os.makedirs(root, exist_ok=True)
     derby_home = root
@@ -312,7 +311,7 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
         "spark.databricks.delta.snapshotPartitions": str(
             min(env.shuffle_partitions, local_cores(env.master) or env.shuffle_partitions)),
     }
-    if on_local_disk(env.root):
+    if root is not None:
         settings[CHECKPOINT_FILE_MANAGER] = _file_system_checkpoints()
     settings.update(lineage_listener_conf(env))
     settings.update(_env_conf(env))
@@ -330,10 +329,17 @@ def local_settings(env: Environment) -> tuple[dict[str, str], str | None]:
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
+def local_folder(root: str) -> str | None:
+    """The folder of this machine's file system that ``root`` names: a plain path, or a
+    ``file:`` URI's path; None for a root on another file system (``hdfs://...``,
+    ``abfss://...``, a scheme of a test's own, ``faulty:/...``)."""
+    path = local_path(root)
+    return None if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", path) else path
+
+
 def on_local_disk(root: str) -> bool:
-    """Whether ``root`` is a folder of this machine's file system: a plain path or a ``file:``
-    URI (not ``hdfs://...``, ``abfss://...`` or a scheme of a test's own, ``faulty:/...``)."""
-    return root.startswith("file:") or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", root) is None
+    """Whether ``root`` is a folder of this machine's file system (:func:`local_folder`)."""
+    return local_folder(root) is not None
 
 
 def _file_system_checkpoints() -> str:

@@ -238,7 +238,7 @@ def test_a_local_runtime_on_another_file_system_needs_a_metastore() -> None:
 
 
 def test_checkpoints_on_a_local_disk_are_renamed_without_starting_a_process(
-        spark: SparkSession) -> None:
+        spark: SparkSession, tmp_path: Path) -> None:
     """On a local disk the checkpoint and Delta checksum files go through Spark's FileSystem
     -based manager (bench/local_checkpoints.py), a class of this Spark (it moved in 4.1);
     another file system keeps Spark's default."""
@@ -253,6 +253,16 @@ def test_checkpoints_on_a_local_disk_are_renamed_without_starting_a_process(
     remote = Environment(name="x", runtime=Runtime.LOCAL, root="hdfs://nn:8020/lake",
                          metastore="thrift://metastore:9083")
     assert CHECKPOINT_FILE_MANAGER not in local_settings(remote)[0]
+    # The session's local folder and the manager follow the same reading of the root: every
+    # spelling of a local folder is that folder; another scheme, in any spelling, is none.
+    lake = tmp_path / "lake"
+    for root in (str(lake), f"file:{lake}", f"file://{lake}"):
+        settings, folder = local_settings(Environment(name="x", runtime=Runtime.LOCAL, root=root))
+        assert (folder, CHECKPOINT_FILE_MANAGER in settings) == (str(lake), True), root
+    for root in (f"faulty:{lake}", f"faulty://{lake}"):
+        settings, folder = local_settings(Environment(
+            name="x", runtime=Runtime.LOCAL, root=root, metastore=str(tmp_path / "metastore")))
+        assert (folder, CHECKPOINT_FILE_MANAGER in settings) == (None, False), root
 
 
 def test_a_jvm_error_names_the_jvm_exception(spark: SparkSession) -> None:
