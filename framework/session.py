@@ -511,7 +511,7 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
     settings = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-        **catalog_conf(env, local_root=None if "://" in env.root else env.root),
+        **catalog_conf(env, local_root=local_folder(env.root)),
         TIME_ZONE: "UTC",
         "spark.sql.shuffle.partitions": str(env.shuffle_partitions),
     }
@@ -525,7 +525,7 @@ def submit_conf(env: Environment, conf: dict[str, str] | None = None) -> dict[st
 
 def _submit(env: Environment, app_name: str, conf: dict[str, str]) -> SparkSession:
     # Static SQL settings still apply here: spark-submit starts the JVM, the session is ours.
-    local_root = None if "://" in env.root else env.root
+    local_root = local_folder(env.root)
     metastore = env.metastore or (os.path.join(local_root, "metastore_db") if local_root
                                   else None)  # as catalog_conf names it
     if metastore is not None and not metastore.startswith("thrift://"):

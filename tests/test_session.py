@@ -121,6 +121,20 @@ def test_a_spark_submit_session_has_a_persistent_catalog_and_utc() -> None:
     assert submit_conf(paris)[TIME_ZONE] == "Europe/Paris"
 
 
+def test_a_spark_submit_session_on_a_local_root_keeps_its_catalog_in_that_folder() -> None:
+    # Every spelling of a local folder names the same folder; another scheme, in any spelling,
+    # leaves the metastore to the cluster and the warehouse under the root.
+    for root in ("/lake", "file:/lake", "file:///lake"):
+        settings = submit_conf(Environment(name="s", runtime=Runtime.SUBMIT, root=root))
+        assert settings["spark.sql.warehouse.dir"] == "/lake/warehouse", root
+        assert settings["spark.hadoop.javax.jdo.option.ConnectionURL"] == (
+            "jdbc:derby:;databaseName=/lake/metastore_db;create=true"), root
+    for root in ("faulty:/lake", "hdfs://nn:8020/lake"):
+        settings = submit_conf(Environment(name="s", runtime=Runtime.SUBMIT, root=root))
+        assert settings["spark.sql.warehouse.dir"] == f"{root}/warehouse", root
+        assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in settings, root
+
+
 def test_a_databricks_session_is_pinned_to_utc_unless_the_environment_says(
     spark: SparkSession
 ) -> None:
