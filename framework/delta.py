@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,6 +25,9 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 
 from framework.identifiers import quote, quote_all, quote_name, quote_path
 from framework.logging import get_logger
+
+if TYPE_CHECKING:
+    from framework.storage.base import Storage
 
 # Table property: record the change data feed. For an append-only table this costs nothing on
 # write (a commit's inserted rows are its added files); a batch's rows can be read back from its
@@ -103,10 +106,16 @@ def create_table(
     cluster_by: Sequence[str] = (),
     comment: str = "",
     properties: Mapping[str, str] | None = None,
+    new_properties: Mapping[str, str] | None = None,
     rebuild: bool = False,
 ) -> bool:
     """Create a Delta catalog table at ``location`` unless it exists (idempotent); True when
     created now.
+
+    ``properties``: the table has them, made now or registered again over a folder that holds
+    its log (the catalog lost it; then the log's other properties stay). ``new_properties``:
+    only a table whose first commit is this one starts with them (what would otherwise take
+    a commit of its own right after); a log found there keeps its own.
 
     ``rebuild``: ``medallion refresh`` emptied the table to rebuild it: if its columns or
     partitioning are not those asked (the spec changed them), it is made again (``CREATE OR
@@ -120,8 +129,13 @@ def create_table(
         and read_table(spark, location).isEmpty()
     if not replace and spark.catalog.tableExists(name):
         return False
+    found = False  # a Delta log already there: the table registered again over its folder
     if not replace:
         clear_unfinished_create(spark, location)
+        found = _holds_log(spark, location)
+    asked = dict(properties or {})
+    if not found and not replace:
+        asked = {**(new_properties or {}), **asked}
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     parts = [f"{verb} {quote_name(name)} ({schema_ddl(schema)}) USING DELTA"]
     if partition_by:
@@ -131,9 +145,16 @@ def create_table(
     if comment:
         parts.append(f"COMMENT {sql_string(comment)}")
     parts.append(f"LOCATION {sql_string(location)}")
-    if properties:
-        parts.append(f"TBLPROPERTIES ({_assignments(properties)})")
+    if asked and not found:
+        parts.append(f"TBLPROPERTIES ({_assignments(asked)})")
     spark.sql(" ".join(parts))
+    # Over a log, Delta takes properties only if they are exactly the log's (it refuses a
+    # subset): the table is registered as its log is, then given those asked it lacks.
+    if found and asked:
+        have = table_properties(spark, location)
+        lacking = {k: v for k, v in asked.items() if have.get(k) != v}
+        if lacking:
+            set_properties(spark, location, lacking)
     return True
 
 
@@ -194,15 +215,11 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     being written. Delta refuses to create a table there ("not empty and also not a Delta
     table"), so every later run would fail. Anything else is left for Delta to judge. True
     when something was removed."""
-    from framework.errors import StorageError
-    from framework.storage import clear_debris, storage_for
+    from framework.storage import clear_debris
 
-    try:  # the session's file system; on Spark Connect, the local disk's
-        storage = storage_for(location, None, spark)
-    except StorageError:  # ADLS on Spark Connect: its client needs the environment's storage
-        return False
+    storage = _store(spark, location)
     log = f"{location.rstrip('/')}/_delta_log"
-    if not storage.exists(log):
+    if storage is None or not storage.exists(log):
         return False
     files = clear_debris(storage, location, _temporary_log_file)
     if files is None:
@@ -211,6 +228,24 @@ def clear_unfinished_create(spark: SparkSession, location: str) -> bool:
     get_logger().warning("delta.create.unfinished_cleared", location=location,
                          removed=[f.rsplit("/", 1)[-1] for f in files])
     return True
+
+
+def _store(spark: SparkSession, location: str) -> Storage | None:
+    """The store of ``location``: the session's file system; on Spark Connect, the local
+    disk's; None for ADLS on Spark Connect (its client needs the environment's storage)."""
+    from framework.errors import StorageError
+    from framework.storage import storage_for
+
+    try:
+        return storage_for(location, None, spark)
+    except StorageError:
+        return None
+
+
+def _holds_log(spark: SparkSession, location: str) -> bool:
+    """Whether a ``_delta_log`` folder is at ``location`` (True where the store is unknown)."""
+    storage = _store(spark, location)
+    return storage is None or storage.exists(f"{location.rstrip('/')}/_delta_log")
 
 
 def _temporary_log_file(path: str) -> bool:
@@ -412,13 +447,7 @@ def is_delta_table(spark: SparkSession, location: str) -> bool:
     check: a missing path or a folder of plain files is none) whose schema Delta can read (an
     empty log, left by a create cut short, is none). Spark SQL and the lake's store, so a
     classic session and a Spark Connect one alike."""
-    from framework.errors import StorageError
-    from framework.storage import storage_for
-
-    try:
-        store = storage_for(location, None, spark)
-    except StorageError:  # ADLS on Spark Connect: its client needs the environment's storage
-        store = None
+    store = _store(spark, location)
     if store is not None and not store.exists(f"{location.rstrip('/')}/_delta_log"):
         return False
     try:

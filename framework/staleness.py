@@ -54,6 +54,13 @@ def merged(written: Written | None, parts: dict[str, str]) -> Written:
     return {k: out[k] for k in sorted(out)}
 
 
+def initial(parts: dict[str, str]) -> dict[str, str]:
+    """The property a table made new records ``parts`` (a spec's :meth:`stale_parts`) with, at
+    its creation (:func:`framework.delta.create_table`'s ``new_properties``): then
+    :func:`record` finds them there and commits nothing."""
+    return {SPEC_WRITTEN: json.dumps(merged(None, parts), sort_keys=True)}
+
+
 def record(spark: SparkSession, location: str, parts: dict[str, str]) -> bool:
     """Add ``parts`` (a spec's :meth:`stale_parts`) to what the table at ``location`` records,
     before its job writes a row: one commit when something is new, else none (False)."""

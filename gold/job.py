@@ -50,6 +50,7 @@ from framework.listener import BatchProgress
 from framework.logging import get_logger
 from framework.microbatch import Outcome
 from framework.sqlcheck import grouping_problems, not_event_time
+from framework.staleness import initial as spec_properties
 from framework.staleness import record as record_spec
 from gold.spec import AggregateSpec, CalendarUnit, OutputMode, WindowType
 
@@ -265,6 +266,7 @@ class AggregateJob(StreamingJob):
         # changed (gold.mart); on an append it costs nothing.
         create_table(self.spark, self.table.full_name, commented, self.table.location,
                      partition_by=self.spec.partition_by, properties={CHANGE_FEED: "true"},
+                     new_properties=spec_properties(self.spec.stale_parts()),
                      rebuild=self.ctx.operation is not None,
                      comment=self.spec.description or f"Windowed aggregate of "
                      f"{self.spec.upstream()[0][0].value}.{self.spec.upstream()[0][1]}")

@@ -55,6 +55,7 @@ from framework.listener import BatchProgress
 from framework.microbatch import Outcome, TableBatches
 from framework.quality import ensure_quality_table
 from framework.sqlcheck import analysis_problem, not_event_time
+from framework.staleness import initial as spec_properties
 from framework.staleness import record as record_spec
 from silver.batch import (
     BATCH_ID,
@@ -311,6 +312,7 @@ class SilverJob(StreamingJob):
         elif not create_table(self.spark, self.table.full_name, schema, self.table.location,
                               partition_by=self.spec.partition_by,
                               cluster_by=self.spec.cluster_by, comment=spec.description,
+                              new_properties=spec_properties(self.spec.stale_parts()),
                               rebuild=rebuild) \
                 and not self.spec.columns:
             # Every source column is taken: one the source gained since (a feed's new column)
@@ -319,7 +321,8 @@ class SilverJob(StreamingJob):
             if added:
                 self.log.info("silver.schema.columns_added", columns=added)
         if self.spec.format is not TableFormat.PARQUET:
-            # what its rows are computed with, before one is written (for medallion validate)
+            # what its rows are computed with, before one is written (for medallion validate;
+            # a table made now has it from its creation)
             record_spec(self.spark, self.table.location, self.spec.stale_parts())
         if self.spec.checks:
             ensure_quality_table(self.spark, self.table.env)

@@ -141,6 +141,33 @@ def test_a_rebuilt_empty_table_takes_the_layout_asked(spark: SparkSession,
     assert not create_table(spark, name, schema, location, cluster_by=["id"], rebuild=True)
 
 
+def test_a_new_table_starts_with_its_new_properties_and_a_found_one_keeps_its_own(
+        spark: SparkSession, tmp_path: Path) -> None:
+    location = str(tmp_path / "t")
+    name = f"spark_catalog.default.born_{uuid.uuid4().hex[:8]}"
+    schema = StructType([StructField("id", LongType())])
+    # made here: its first commit has them, no commit of their own follows
+    assert create_table(spark, name, schema, location, properties={"medallion.a": "1"},
+                        new_properties={"medallion.spec": '{"x": ["it\'s"]}'})
+    first = latest_commit(spark, location)
+    assert first is not None and first.version == 0
+    mine = {k: v for k, v in table_properties(spark, location).items()
+            if k.startswith("medallion.")}
+    assert mine == {"medallion.a": "1", "medallion.spec": '{"x": ["it\'s"]}'}
+    # registered again over its folder (the catalog lost it): the log's properties stay, none
+    # new is taken, and those asked are had (Delta itself refuses any but the log's exact set)
+    spark.sql(f"DROP TABLE {name}")  # (an external table: the folder stays)
+    assert create_table(spark, name, schema, location, properties={"medallion.a": "1"},
+                        new_properties={"medallion.spec": "{}"})
+    assert {k: v for k, v in table_properties(spark, name).items()
+            if k.startswith("medallion.")} == mine
+    assert latest_commit(spark, location).version == 0  # type: ignore[union-attr]
+    spark.sql(f"DROP TABLE {name}")
+    assert create_table(spark, name, schema, location, properties={"medallion.b": "2"})
+    assert {k: v for k, v in table_properties(spark, name).items()
+            if k.startswith("medallion.")} == {**mine, "medallion.b": "2"}
+
+
 def test_history_and_properties_by_name_and_by_location(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     location = str(tmp_path / "t")

@@ -3,6 +3,7 @@ real Spark and Delta."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from framework.errors import ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.layers import job_class
 from framework.pruning import explain_pruning
+from framework.staleness import SPEC_WRITTEN
 from tests.support import CliRun, Lakehouse, bronze_spec, silver_spec, write_delta_commits
 
 BASE = datetime(2026, 11, 1, 8, 0, 0)
@@ -169,6 +171,35 @@ def test_gold_table_and_columns_carry_comments(spark: SparkSession,
     }
     detail = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Comment'").first()
     assert detail is not None and detail["data_type"] == "Orders and revenue per store and window"
+
+
+def test_a_gold_table_starts_with_its_spec_and_is_registered_again_if_the_catalog_lost_it(
+        spark: SparkSession, lakehouse: Lakehouse) -> None:
+    with_silver_orders(lakehouse)
+    lakehouse.add_table("gold", "store_sales", aggregate_spec(WINDOWS["tumbling"][0]))
+    commits, _ = sales_commits()
+    silver = silver_location(lakehouse, "orders")
+    write_delta_commits(spark, silver, commits[:2], SALES)
+    run_gold(spark, lakehouse, "store_sales")
+    table = lakehouse.project().table("store_sales", Layer.GOLD)
+    # what its rows are computed with is in its first commit, not in a commit of its own
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table.location}`").orderBy("version")
+    operations = [r["operation"] for r in history.collect()]
+    assert operations[0] == "CREATE TABLE" and "SET TBLPROPERTIES" not in operations
+    properties = {r["key"]: r["value"] for r in spark.sql(
+        f"SHOW TBLPROPERTIES delta.`{table.location}`").collect()}
+    assert properties["delta.enableChangeDataFeed"] == "true"
+    assert "window" in json.loads(properties[SPEC_WRITTEN])
+    rows = spark.table(table.full_name).count()
+    assert rows > 0
+    # the catalog lost it (its folder stays): the next run registers it over its log again
+    spark.sql(f"DROP TABLE {table.full_name}")
+    write_delta_commits(spark, silver, commits[2:], SALES)
+    run_gold(spark, lakehouse, "store_sales")
+    assert spark.table(table.full_name).count() >= rows
+    again = {r["key"]: r["value"] for r in spark.sql(
+        f"SHOW TBLPROPERTIES {table.full_name}").collect()}
+    assert {k: again[k] for k in properties} == properties
 
 
 STORES = 50
