@@ -4,7 +4,7 @@ lakehouses (their own conf/ folder, root and catalog schemas) under pytest's tmp
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -12,8 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from framework.config.model import Environment, Runtime
+from framework.connect_server import ConnectServer
+from framework.connect_server import start as start_connect_server
 from tests.faultfs import spark_conf as faulty_conf
 from tests.jvm_classes import JAVA_FOR_TESTS, JVM_FOR_TESTS, SPARK_FOR_TESTS, sharing_options
+from tests.kafka_broker import Broker, kafka_broker
 from tests.minicluster import minicluster
 from tests.support import Lakehouse, QuickstartLake, run_quickstart
 
@@ -76,24 +79,37 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
-class _Cluster:
-    """The YARN + HDFS cluster of a worker: started by the first test marked ``yarn``, stopped
-    after the last (they all run in one worker, the "cluster" group), not at the session's
-    end: idle, it would take CPU from the tests after them."""
-    users = 0  # the session's tests marked yarn not yet torn down
-    running = ExitStack()
+class _Server:
+    """A server a worker starts for the first test that needs it and stops after the last
+    (they all run in one worker, in one xdist group), not at the session's end: idle, it would
+    take CPU from the tests after them."""
+
+    def __init__(self, needed_by: Callable[[pytest.Item], bool]) -> None:
+        self.needed_by = needed_by
+        self.users = 0  # the session's tests that need it, not yet torn down
+        self.running = ExitStack()
+
+
+# the YARN + HDFS cluster (the tests marked yarn); the Kafka broker (those using `broker`); the
+# Spark Connect server (those using `connect_server`)
+_Cluster = _Server(lambda item: item.get_closest_marker("yarn") is not None)
+_Kafka = _Server(lambda item: "broker" in getattr(item, "fixturenames", ()))
+_Connect = _Server(lambda item: "connect_server" in getattr(item, "fixturenames", ()))
+SERVERS = (_Cluster, _Kafka, _Connect)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _Cluster.users = sum(1 for item in session.items if item.get_closest_marker("yarn"))
+    for server in SERVERS:
+        server.users = sum(1 for item in session.items if server.needed_by(item))
 
 
 @pytest.hookimpl(trylast=True)  # (after the test's own fixtures are torn down)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    if item.get_closest_marker("yarn"):
-        _Cluster.users -= 1
-        if _Cluster.users <= 0:
-            _Cluster.running.close()
+    for server in SERVERS:
+        if server.needed_by(item):
+            server.users -= 1
+            if server.users <= 0:
+                server.running.close()
 
 
 @pytest.fixture(scope="session")
@@ -112,6 +128,25 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
                 conf.write(f"spark.{role}.extraJavaOptions {JVM_FOR_TESTS}\n")
             conf.writelines(f"{k} {v}\n" for k, v in SPARK_FOR_TESTS.items())
         yield variables
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A real single-node Kafka broker (KRaft, its own JVM: deploy/kafka/broker.sh), started
+    once for the tests that use it (all in the "kafka" xdist group); each uses topics of its
+    own."""
+    with _Kafka.running:
+        yield _Kafka.running.enter_context(kafka_broker(tmp_path_factory.mktemp("kafka")))
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A real Spark Connect server (framework.connect_server: Spark's own, in its own JVM),
+    started once for the tests that use it (all in the "quickstart" xdist group)."""
+    with _Connect.running:
+        running = start_connect_server(str(tmp_path_factory.mktemp("connect-server")))
+        _Connect.running.callback(running.stop)
+        yield running
 
 
 @pytest.fixture(scope="session")

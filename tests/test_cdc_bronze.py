@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from framework.errors import ConfigError, ConfigValidationError
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.layers import job_class
 from tests import cdc_reference as ref
-from tests.kafka_broker import Broker, kafka_broker
+from tests.kafka_broker import Broker
 from tests.support import Lakehouse
 
 ROW_SCHEMA = "id BIGINT, name STRING, age INT"
@@ -213,13 +213,6 @@ def test_malformed_envelopes_are_quarantined_with_their_reason(
         (unfit, "expected the values of after to fit source.schema's types, found one that "
                 "does not (rescued_column is null)")]
     assert (strict.rows_out, strict.counts["quarantined_rows"]) == (1, 1)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """The test broker of tests/test_kafka.py (deploy/kafka/broker.sh), for this module."""
-    with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
-        yield running
 
 
 @pytest.mark.xdist_group("kafka")

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -47,18 +46,14 @@ from tests.support import (
 from tests.test_gold import STORES, with_sales_mart
 
 # One worker runs them all, one after the other, with the quickstart's lake the demo's test
-# compares with: the module's server is then started once, not once per worker, or again
-# after another module's test came in between.
+# compares with: the server (tests/conftest.py) is then started once, not once per worker.
 pytestmark = pytest.mark.xdist_group("quickstart")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    running = start(str(tmp_path_factory.mktemp("connect-server")))
-    try:
-        yield running
-    finally:
-        running.stop()
+@pytest.fixture
+def server(connect_server: ConnectServer) -> ConnectServer:
+    """The tests' Spark Connect server (tests/conftest.py)."""
+    return connect_server
 
 
 def on_connect(lakehouse: Lakehouse, server: ConnectServer) -> None:

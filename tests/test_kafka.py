@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,10 @@ from framework.checkpoint import last_committed_batch, last_planned_batch
 from framework.config.model import Layer
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.layers import job_class
-from tests.kafka_broker import Broker, json_records, kafka_broker
+from tests.kafka_broker import Broker, json_records
 from tests.support import ORDER_SCHEMA, REPO, CliRun, Lakehouse, medallion_cmd, order, silver_spec
 
 pytestmark = pytest.mark.xdist_group("kafka")  # one broker, in one worker
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
-        yield running
 
 
 def kafka_spec(broker: Broker, topic: str, **source: Any) -> dict[str, Any]:

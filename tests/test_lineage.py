@@ -20,9 +20,11 @@ from pyspark.sql import SparkSession
 from structlog.testing import capture_logs
 
 from framework.config.model import Layer
+from framework.connect_server import ConnectServer
 from framework.job import RunContext, RunStatus, TableRunSummary
 from framework.lineage import columns_read, dataset_name
 from silver.job import SilverJob
+from tests.kafka_broker import Broker
 from tests.openlineage_events import validate
 from tests.support import Lakehouse, bronze_spec, silver_spec, write_delta_commits
 
@@ -251,30 +253,28 @@ def test_a_transport_that_cannot_send_never_fails_the_run(
     assert finished[0]["counts"]["lineage_emit_failed"] == 2
 
 
+@pytest.mark.xdist_group("kafka")  # the broker's worker
 def test_events_reach_a_kafka_topic(
-    spark: SparkSession, lakehouse: Lakehouse, tmp_path_factory: pytest.TempPathFactory
+    spark: SparkSession, lakehouse: Lakehouse, broker: Broker
 ) -> None:
     from confluent_kafka import Consumer
 
-    from tests.kafka_broker import kafka_broker
-
-    with kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:
-        bronze = setup(lakehouse, {"type": "kafka", "topic": "lineage",
-                                   "config": {"bootstrap.servers": broker.bootstrap}})
-        write_delta_commits(spark, bronze, [[row("o1", 1, 0)]])
-        summary = run(spark, lakehouse)
-        assert summary.status is RunStatus.SUCCEEDED, summary.error
-        assert "lineage_emit_failed" not in summary.counts
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lineage-test",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe(["lineage"])
-        events: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 60
-        while len(events) < 2 and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
-                events.append(json.loads(message.value()))
-        consumer.close()
+    bronze = setup(lakehouse, {"type": "kafka", "topic": "lineage",
+                               "config": {"bootstrap.servers": broker.bootstrap}})
+    write_delta_commits(spark, bronze, [[row("o1", 1, 0)]])
+    summary = run(spark, lakehouse)
+    assert summary.status is RunStatus.SUCCEEDED, summary.error
+    assert "lineage_emit_failed" not in summary.counts
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lineage-test",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["lineage"])
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while len(events) < 2 and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            events.append(json.loads(message.value()))
+    consumer.close()
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
     for event in events:
         validate(event)
@@ -419,15 +419,14 @@ def test_the_spark_listener_sends_plan_events_beside_the_frameworks(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("quickstart")  # the Connect server's worker (tests/test_connect.py)
 def test_the_same_events_over_spark_connect(
-    spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession, lakehouse: Lakehouse, tmp_path: Path, connect_server: ConnectServer
 ) -> None:
     """`medallion run` as a Spark Connect client (its batches on a real server): the client
     sends the events, the same as a classic session's."""
     import subprocess
 
-    from framework.connect_server import start
     from tests.support import medallion_cmd
 
     events_file = tmp_path / "events.jsonl"
@@ -435,18 +434,13 @@ def test_the_same_events_over_spark_connect(
                                "append": True})
     write_delta_commits(spark, bronze, [
         [row("o1", 1, 0), row("o2", 0, 1), row("o3", 2, 2, customer=None)]])
-    server = start(str(tmp_path_factory.mktemp("connect-server")))
-    try:
-        lakehouse.write_env(runtime="connect", remote=server.url, spark_conf={},
-                            lineage={"transport": {"type": "file",
-                                                   "log_file_path": str(events_file),
-                                                   "append": True}})
-        done = subprocess.run([*medallion_cmd(), "run", "silver", "--conf",
-                               str(lakehouse.conf), "--env", lakehouse.env_name],
-                              capture_output=True, text=True, env=lakehouse.cli_env(),
-                              timeout=600)
-    finally:
-        server.stop()
+    lakehouse.write_env(runtime="connect", remote=connect_server.url, spark_conf={},
+                        lineage={"transport": {"type": "file",
+                                               "log_file_path": str(events_file),
+                                               "append": True}})
+    done = subprocess.run([*medallion_cmd(), "run", "silver", "--conf", str(lakehouse.conf),
+                           "--env", lakehouse.env_name], capture_output=True, text=True,
+                          env=lakehouse.cli_env(), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
     events = file_events(events_file)

@@ -1,13 +1,13 @@
 """``medallion serve``: a real HiveServer2 client (Spark's own beeline, from pyspark's jars)
 against the Thrift JDBC/ODBC server over the lakehouse catalog, in its own JVM: the gold
-tables a real run built (the demo's configuration, on a small feed), with their comments."""
+tables the README's quickstart built (the demo's configuration, on a reduced feed), with their
+comments."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from pyspark.sql import SparkSession
 
 from framework.cli import main
 from tests.kafka_broker import free_port
-from tests.support import REPO, Lakehouse, medallion_cmd
+from tests.support import REPO, Lakehouse, QuickstartLake, medallion_cmd
 
 pytestmark = pytest.mark.slow
 JARS = str(Path(pyspark.__file__).parent / "jars" / "*")
@@ -38,22 +39,32 @@ def rows(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in lines if line.strip()]
 
 
+@pytest.mark.xdist_group("quickstart")  # (its lake: tests/conftest.py)
 def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
-    lakehouse: Lakehouse, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, quickstart_lake: QuickstartLake, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The demo's tables, built by a real run (its own driver and catalog, as a job's)
-    shutil.copytree(REPO / "conf" / "tables", lakehouse.conf / "tables")
-    common = ["--conf", str(lakehouse.conf), "--env", lakehouse.env_name]
-    assert main(["demo", "--generate-only", "--orders", "300", "--files", "30", *common]) == 0
-    built = subprocess.run([*medallion_cmd(), "run", "all"], env=lakehouse.cli_env(), cwd=REPO,
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    capsys.readouterr()
+    # The demo's tables, built by the README's quickstart (its own drivers and catalog, as a
+    # job's); nothing here changes them
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(MEDALLION_ROOT=str(quickstart_lake.root))
+    for name in list(os.environ):
+        if name.startswith("MEDALLION_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("MEDALLION_ROOT", str(quickstart_lake.root))
+    common = ["--conf", str(REPO / "conf"), "--env", "local"]
+    # the north region's stores that sold, from the tables themselves
+    tables = quickstart_lake.root / "tables"
+    north = spark.sql(
+        f"SELECT count(DISTINCT f.store_id) FROM delta.`{tables / 'gold' / 'store_sales'}` f "
+        f"JOIN delta.`{tables / 'silver' / 'stores'}` d ON f.store_id = d.store_id "
+        "WHERE d.region = 'north'").first()[0]
+    assert north > 0
 
     port = free_port()
-    gold = lakehouse.schemas["gold"]
+    gold = "gold"
     server = subprocess.Popen([*medallion_cmd(), "serve", "--port", str(port)],
-                              env=lakehouse.cli_env(), cwd=REPO, stdout=subprocess.PIPE,
+                              env=env, cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert server.stdout is not None
@@ -88,7 +99,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
         answered = rows(beeline(url, f"{query}; EXPLAIN {query}"))
         plan = next(i for i, line in enumerate(answered) if "== Physical Plan ==" in line)
         answer = answered[:plan]
-        assert len(answer) == 3, answered  # the demo's 12 stores, 3 in the north
+        assert len(answer) == north, answered
         assert "dynamicpruningexpression" in "\n".join(answered[plan:])
 
         # A query on a missing table fails clearly; the server answers the next one.
@@ -100,7 +111,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
         # While the server holds the lake, `medallion sql` asks it (its address is in the
         # lake's lease) instead of starting Spark, which the lease would refuse.
         served = subprocess.run([*medallion_cmd(), "sql", query, "--json", "--log-level",
-                                 "debug"], env=lakehouse.cli_env(), cwd=REPO,
+                                 "debug"], env=env, cwd=REPO,
                                 capture_output=True, text=True, timeout=120)
         assert served.returncode == 0, served.stderr[-2000:]
         assert '"sql.served"' in served.stderr and f"localhost:{port}" in served.stderr
@@ -110,7 +121,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
             == answer
         refused_sql = subprocess.run([*medallion_cmd(), "sql",
                                       f"SELECT * FROM {gold}.no_such_table"],
-                                     env=lakehouse.cli_env(), cwd=REPO, capture_output=True,
+                                     env=env, cwd=REPO, capture_output=True,
                                      text=True, timeout=120)
         assert refused_sql.returncode != 0
         assert "Spark cannot run the query" in refused_sql.stderr, refused_sql.stderr
@@ -130,7 +141,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
 
     # The same rows as `medallion sql`, once the server has released the catalog.
     started = time.monotonic()
-    sql = subprocess.run([*medallion_cmd(), "sql", query, "--json"], env=lakehouse.cli_env(),
+    sql = subprocess.run([*medallion_cmd(), "sql", query, "--json"], env=env,
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert sql.returncode == 0, sql.stderr[-2000:]
     got = [json.loads(line) for line in sql.stdout.splitlines() if line.startswith("{")]

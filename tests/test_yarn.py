@@ -111,6 +111,10 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     assert run.returncode == 0, err[-5000:]  # the application's final status
     # (Spark's log, YARN's client's included, stays off the command's output)
     assert foreign_lines(out, err) == [], err[-3000:]
+    # the later submits ship the wheel this one built
+    built = sorted(dist.glob("medallion_lakehouse-*.whl"))
+    assert len(built) == 1, built
+    wheel = {"MEDALLION_WHEEL": str(built[0])}
 
     # each table's run sent START, then COMPLETE naming its output by its HDFS location,
     # every event valid against OpenLineage's schemas
@@ -153,7 +157,7 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     query = "SELECT *, current_timezone() AS session_zone FROM gold.regional_sales ORDER BY ALL"
     asked = _submit(["sql", query, "--json", "--limit", "100000", "--env", "yarn"], conf,
                     yarn, dist, SPARK_SUBMIT_ARGS="--driver-java-options "
-                    "-Duser.timezone=America/New_York")
+                    "-Duser.timezone=America/New_York", **wheel)
     out, err = asked.communicate(timeout=600)
     assert asked.returncode == 0, err[-3000:]
     assert foreign_lines(out, err) == [], err[-3000:]  # the driver's: here, in client mode
@@ -169,7 +173,7 @@ def test_the_same_feed_on_yarn_and_hdfs_gives_the_same_silver_and_gold(
     spec = conf / "tables" / "silver" / "orders.yaml"
     spec.write_text(spec.read_text().replace('"quantity * unit_price"', NEW_AMOUNT))
     refresh = ["refresh", "silver.orders", "--downstream"]
-    run = _submit([*refresh, "--env", "yarn"], conf, yarn, dist)
+    run = _submit([*refresh, "--env", "yarn"], conf, yarn, dist, **wheel)
     try:
         assert main([*refresh, "--conf", str(conf), "--env", "local"]) == 0
         out, err = run.communicate(timeout=900)
