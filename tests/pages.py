@@ -3,7 +3,6 @@ and a page's first feed run as it is written."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import REPO
+from tests.support import REPO, user_env
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
@@ -74,7 +73,7 @@ def run_as_written(tmp_path: Path, section: list[Block],
     shutil.copytree(REPO / "conf" / "environments", tmp_path / "conf" / "environments")
     (tmp_path / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists()
                                     else Path(sys.executable).parents[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env = user_env()
     out = ""
     for block in sorted(section, key=lambda b: b.line):
         if block.lang == "yaml":

@@ -86,6 +86,14 @@ def cli(lakehouse: Lakehouse, *args: str) -> int:
                  "--log-format", "json"])
 
 
+def user_env(**variables: str) -> dict[str, str]:
+    """This process's environment as a user's shell has it: without the MEDALLION_ variables
+    that the tests or an earlier command set, plus ``variables``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
+    env.update(variables)
+    return env
+
+
 def medallion_cmd() -> list[str]:
     return [str(BIN / "medallion")]
 
@@ -326,10 +334,9 @@ def run_quickstart(spark: Any, base: Path) -> QuickstartLake:
     assert commands[0] == ["make", "demo"] and ["make", "demo"] not in commands[1:]
     assert commands[-1] == [".venv/bin/medallion", "demo"]
     root, summary_path = base / "lakehouse", base / "summary.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(root), MEDALLION_DEMO_ORDERS=str(QUICKSTART_ORDERS),
-               MEDALLION_DEMO_FILES=str(QUICKSTART_FILES),
-               MEDALLION_DEMO_SUMMARY=str(summary_path))
+    env = user_env(MEDALLION_ROOT=str(root), MEDALLION_DEMO_ORDERS=str(QUICKSTART_ORDERS),
+                   MEDALLION_DEMO_FILES=str(QUICKSTART_FILES),
+                   MEDALLION_DEMO_SUMMARY=str(summary_path))
     outputs: dict[str, str] = {}
     errors: dict[str, str] = {}
     before: dict[str, int] = {}

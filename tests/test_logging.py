@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 from dataclasses import replace
@@ -28,6 +27,7 @@ from tests.support import (
     QuickstartLake,
     bronze_spec,
     foreign_lines,
+    user_env,
     write_order_files,
 )
 
@@ -315,8 +315,7 @@ def _documented_commands() -> list[tuple[list[str], int]]:
 @pytest.mark.xdist_group("quickstart")  # (its lake: tests/conftest.py)
 def test_the_documented_commands_print_their_own_lines_and_events_only(
         quickstart_lake: QuickstartLake) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(quickstart_lake.root))
+    env = user_env(MEDALLION_ROOT=str(quickstart_lake.root))
     foreign, failed = {}, {}
     for args, code in _documented_commands():
         done = subprocess.run([str(BIN / "medallion"), *args, "--log-format", "console"],

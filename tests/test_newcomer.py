@@ -10,7 +10,6 @@ computed here from the samples the page writes."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections import defaultdict
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.pages import Block, run_as_written, section
-from tests.support import REPO, medallion_cmd
+from tests.support import REPO, medallion_cmd, user_env
 
 README = REPO / "README.md"
 # the first feed ends where the next section, on the demo's checks and quarantine, begins
@@ -50,8 +49,7 @@ def sample_rows(blocks: list[Block]) -> list[str]:
 @pytest.mark.slow
 def test_the_readme_first_feed_reaches_a_monthly_gold_table(tmp_path: Path) -> None:
     blocks = section(README, "## Your first feed", CHECKS, "yaml", "bash", "text")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")},
-           "PYTHONPATH": str(REPO)}
+    env = user_env(PYTHONPATH=str(REPO))
     conf = tmp_path / "conf"
     seen: list[str] = []
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from framework.cli import main
 from tests.kafka_broker import free_port
-from tests.support import REPO, Lakehouse, QuickstartLake, medallion_cmd
+from tests.support import REPO, Lakehouse, QuickstartLake, medallion_cmd, user_env
 
 pytestmark = pytest.mark.slow
 JARS = str(Path(pyspark.__file__).parent / "jars" / "*")
@@ -46,8 +46,7 @@ def test_serve_answers_jdbc_clients_over_the_lakehouse_catalog(
 ) -> None:
     # The demo's tables, built by the README's quickstart (its own drivers and catalog, as a
     # job's); nothing here changes them
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(quickstart_lake.root))
+    env = user_env(MEDALLION_ROOT=str(quickstart_lake.root))
     for name in list(os.environ):
         if name.startswith("MEDALLION_"):
             monkeypatch.delenv(name)

@@ -18,7 +18,7 @@ import pytest
 from framework.cli import main
 from framework.jvm import _pass_on
 from framework.logging import LOG_FORMAT_ENV, LogFormat, configure_logging, get_logger
-from tests.support import BIN, FOREIGN, REPO
+from tests.support import BIN, FOREIGN, REPO, user_env
 
 STEP = REPO / "deploy" / "setup-step.sh"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -175,10 +175,8 @@ def test_ivy_s_report_is_left_out_of_a_command_s_output(
 
 # ---------------------------------------------------------------------- the demo
 def _demo_env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_")}
-    env.update(MEDALLION_ROOT=str(root), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
-               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
-    return env
+    return user_env(MEDALLION_ROOT=str(root), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
+                    PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 def _at_a_terminal(command: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
