@@ -1117,6 +1117,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="after the deliveries, rounds of: orders of two stores silver."
                         "stores lacks held, one store landed, the release (the clean root once, "
                         "the chaos root interrupted in it until nothing is left to release)")
+    parser.add_argument("--no-later", action="store_true",
+                        help="leave out the demo's later delivery (the offline till's file, "
+                        "the new store's row): silver.orders keeps holding that store's orders")
     parser.add_argument("--no-reserve", action="store_true",
                         help="no reserve slice (every phase planned will open)")
     parser.add_argument("--work", help="work folder (default: a new temporary one)")
@@ -1169,7 +1172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     done: list[Interruption] = []
     # The demo's later delivery (the offline till's file, the new store's row), last and on
     # its own: silver.orders releases then the orders it held for the store.
-    final = sorted(p for p in (feed / LATER).rglob("*") if p.is_file())
+    final = [] if args.no_later else \
+        sorted(p for p in (feed / LATER).rglob("*") if p.is_file())
     names = {p.name for p in (feed / "landing").rglob("*") if p.is_file()} | \
         {p.name for p in final}
     delivered: list[list[Path]] = []

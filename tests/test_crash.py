@@ -14,7 +14,9 @@ from bench.chaos import main as chaos
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--orders", "300", "--files", "30", "--deliveries", "1", "--no-reserve",
+# (without the demo's later delivery: it is run through once more on both roots, with no
+# interruption and the store repaired, which adds nothing to what the kills test)
+SMALL = ["--orders", "300", "--files", "30", "--deliveries", "1", "--no-reserve", "--no-later",
          "--tables", "orders,stores,store_sales,regional_sales"]
 
 
